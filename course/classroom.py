@@ -1,0 +1,48 @@
+"""`course grade`: autograde the collected submissions of a real nbgrader course folder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import grading, report
+from .nbgrader_cli import nbgrader
+
+
+def _in_gradebook(ws: grading.Workspace, assignment: str) -> bool:
+    from nbgrader.api import Gradebook, MissingEntry
+    if not (ws.root / "gradebook.db").exists():
+        return False
+    with Gradebook(ws.db_url) as gb:
+        try:
+            gb.find_assignment(assignment)
+            return True
+        except MissingEntry:
+            return False
+
+
+def grade_command(args) -> int:
+    course_dir = Path(args.course_dir).resolve()
+    if not (course_dir / "source" / args.assignment).exists():
+        raise SystemExit(f"{course_dir}/source/{args.assignment} not found: "
+                         "run from the course folder or pass --course-dir")
+    submitted = course_dir / "submitted"
+    students = sorted(p.parent.name for p in submitted.glob(f"*/{args.assignment}") if p.is_dir()) \
+        if submitted.exists() else []
+    if not students:
+        raise SystemExit(f"no submissions in {submitted}/*/{args.assignment}/ "
+                         "(collect them first: `nbgrader collect` or `nbgrader zip_collect`)")
+    ws = grading.Workspace.__new__(grading.Workspace)
+    ws.root, ws.repo = course_dir, course_dir
+    if not _in_gradebook(ws, args.assignment):
+        nbgrader(["generate_assignment", args.assignment, "--force"], course_dir)
+    print(f"grading {len(students)} submissions of {args.assignment} ...")
+    for i, student in enumerate(students, 1):
+        proc, seconds = grading.timed(ws.autograde, args.assignment, student)
+        status = "ok" if proc.returncode == 0 else f"nbgrader exit {proc.returncode}"
+        print(f"  [{i}/{len(students)}] {student}: {seconds:.1f} s ({status})")
+    results = ws.results(args.assignment, students)
+    order = [gid for gid, _, _ in grading.grade_cells(args.assignment, course_dir)]
+    print(report.score_table(list(results.values()), order))
+    csv_path = Path(args.csv) if args.csv else course_dir / f"grades-{args.assignment}.csv"
+    grading.write_csv(list(results.values()), csv_path)
+    print(f"scores written to {csv_path}")
+    return 0

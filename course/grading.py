@@ -1,0 +1,175 @@
+"""Autograde with nbgrader in a course folder and read back per-cell scores.
+
+A `Workspace` is an nbgrader course folder (the repository itself, or a scratch copy for the
+demo and the tests) with an SQLite gradebook. Grading is nbgrader's `autograde`; scores come
+from nbgrader's own `Gradebook` API, one row per grade cell.
+"""
+from __future__ import annotations
+
+import csv
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from . import cells as C
+from .nbgrader_cli import nbgrader
+from .paths import repo_root
+
+
+@dataclass
+class CellScore:
+    grade_id: str
+    score: float | None          # None: waiting for a person (written answers)
+    max_score: float
+    manual: bool = False
+
+    @property
+    def full(self) -> bool:
+        return self.score is not None and self.score >= self.max_score
+
+
+@dataclass
+class StudentResult:
+    student: str
+    assignment: str
+    cells: dict[str, CellScore] = field(default_factory=dict)
+    error: str | None = None     # why the submission could not be graded, if it could not
+
+    @property
+    def auto_cells(self) -> dict[str, CellScore]:
+        return {k: v for k, v in self.cells.items() if not v.manual}
+
+    @property
+    def total(self) -> float:
+        return sum(c.score or 0.0 for c in self.cells.values())
+
+
+class Workspace:
+    """An nbgrader course folder with the course's config and source notebooks."""
+
+    def __init__(self, root: Path, repo: Path | None = None, assignments: list[str] | None = None):
+        self.root = Path(root)
+        self.repo = repo or repo_root()
+        self.root.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.repo / "nbgrader_config.py", self.root / "nbgrader_config.py")
+        for a in assignments or []:
+            dest = self.root / "source" / a
+            if dest.exists():
+                shutil.rmtree(dest)
+            shutil.copytree(self.repo / "source" / a, dest,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.root / 'gradebook.db'}"
+
+    def generate(self, assignment: str) -> Path:
+        """nbgrader generate_assignment: fills the gradebook with the cells and hidden tests."""
+        nbgrader(["generate_assignment", assignment, "--force"], self.root)
+        return self.root / "release" / assignment / f"{assignment}.ipynb"
+
+    def submit(self, student: str, assignment: str, nb: nbformat.NotebookNode | Path) -> Path:
+        """Place a notebook where nbgrader's `collect` would: submitted/<student>/<assignment>/."""
+        dest = self.root / "submitted" / student / assignment
+        dest.mkdir(parents=True, exist_ok=True)
+        target = dest / f"{assignment}.ipynb"
+        if isinstance(nb, (str, Path)):
+            shutil.copy(nb, target)
+        else:
+            nbformat.write(nb, str(target))
+        (dest / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
+        return target
+
+    def autograde(self, assignment: str, student: str | None = None, timeout: float | None = None):
+        """nbgrader autograde; one student's failure is logged by nbgrader, never fatal here."""
+        args = ["autograde", assignment, "--force"]
+        if student:
+            args.append(f"--student={student}")
+        return nbgrader(args, self.root, timeout=timeout, check=False)
+
+    def feedback(self, assignment: str):
+        return nbgrader(["generate_feedback", assignment, "--force"], self.root, check=False)
+
+    def results(self, assignment: str, students: list[str] | None = None) -> dict[str, StudentResult]:
+        """Per-cell scores from the gradebook, for every submitted student."""
+        from nbgrader.api import Gradebook, MissingEntry
+
+        manual = self._manual_cells(assignment)
+        submitted = self.root / "submitted"
+        names = students or sorted(p.name for p in submitted.iterdir() if (p / assignment).exists())
+        out: dict[str, StudentResult] = {}
+        with Gradebook(self.db_url) as gb:
+            for student in names:
+                res = StudentResult(student, assignment)
+                try:
+                    nb = gb.find_submission_notebook(assignment, assignment, student)
+                except MissingEntry:
+                    res.error = "not graded: nbgrader could not process this submission (see its log)"
+                    out[student] = res
+                    continue
+                for g in nb.grades:
+                    res.cells[g.name] = CellScore(g.name, g.score if not g.needs_manual_grade else None,
+                                                  float(g.max_score), g.name in manual)
+                out[student] = res
+        return out
+
+    def _manual_cells(self, assignment: str) -> set[str]:
+        src = self.root / "source" / assignment / f"{assignment}.ipynb"
+        return {C.grade_id(c) for c in C.read(src).cells if C.is_manual(c)}
+
+
+def grade_cells(assignment: str, root: Path | None = None) -> list[tuple[str, float, bool]]:
+    """(grade_id, points, manual) for every grade cell of a source notebook, in order."""
+    from .paths import source_notebook
+    nb = C.read(source_notebook(assignment, root))
+    return [(C.grade_id(c), C.points(c), C.is_manual(c)) for c in nb.cells if C.is_grade(c)]
+
+
+def write_csv(results: list[StudentResult], path: Path) -> Path:
+    """One row per student and grade cell: the long format spreadsheets pivot easily."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "assignment", "grade_id", "score", "max_score", "status"])
+        for r in results:
+            if r.error:
+                w.writerow([r.student, r.assignment, "", "", "", r.error])
+            for c in r.cells.values():
+                status = "manual" if c.manual and c.score is None else ("full" if c.full else "lost")
+                w.writerow([r.student, r.assignment, c.grade_id,
+                            "" if c.score is None else c.score, c.max_score, status])
+    return path
+
+
+def timed(fn, *args, **kwargs):
+    t = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return value, time.perf_counter() - t
+
+
+@dataclass
+class ClassRun:
+    """One autograde run of a class: scores, the time nbgrader took, its log, its folder."""
+    assignment: str
+    results: dict[str, StudentResult]
+    seconds: float
+    log: str
+    root: Path
+
+    def autograded_notebook(self, student: str) -> Path:
+        return self.root / "autograded" / student / self.assignment / f"{self.assignment}.ipynb"
+
+
+def grade_class(assignment: str, submissions: dict, workdir: Path, repo: Path | None = None,
+                timeout: float | None = None) -> ClassRun:
+    """Grade ``{student: notebook or path}`` for one assignment in a fresh course folder."""
+    ws = Workspace(workdir, repo, [assignment])
+    ws.generate(assignment)
+    for student, nb in submissions.items():
+        ws.submit(student, assignment, nb)
+    proc, seconds = timed(ws.autograde, assignment, timeout=timeout)
+    return ClassRun(assignment, ws.results(assignment, list(submissions)), seconds,
+                    proc.stdout + proc.stderr, ws.root)

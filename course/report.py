@@ -1,0 +1,71 @@
+"""Score tables, CSV and charts from graded results (the demo and `course grade` share them)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .grading import StudentResult
+
+
+def _cell_text(c) -> str:
+    if c is None:
+        return "-"
+    if c.score is None:
+        return "manual"
+    return f"{c.score:g}/{c.max_score:g}"
+
+
+def score_table(results: list[StudentResult], cell_order: list[str]) -> str:
+    """Rows: grade cells; columns: students. Plain text, so it reads in any terminal or log."""
+    names = [r.student for r in results]
+    width = max([len(c) for c in cell_order] + [9])
+    colw = [max(len(n), 7) for n in names]
+    lines = ["  ".join(["grade cell".ljust(width)] + [n.rjust(w) for n, w in zip(names, colw)])]
+    lines.append("-" * len(lines[0]))
+    for gid in cell_order:
+        row = [gid.ljust(width)]
+        for r, w in zip(results, colw):
+            row.append(("ERROR" if r.error else _cell_text(r.cells.get(gid))).rjust(w))
+        lines.append("  ".join(row))
+    lines.append("-" * len(lines[0]))
+    auto_max = {gid: c.max_score for r in results for gid, c in r.cells.items() if not c.manual}
+    total_max = sum(auto_max.values())
+    row = ["autograded total".ljust(width)]
+    for r, w in zip(results, colw):
+        got = sum(c.score or 0 for c in r.auto_cells.values())
+        row.append(("ERROR" if r.error else f"{got:g}/{total_max:g}").rjust(w))
+    lines.append("  ".join(row))
+    return "\n".join(lines)
+
+
+def lost_cells(result: StudentResult) -> list[str]:
+    return [gid for gid, c in result.auto_cells.items() if not c.full]
+
+
+def chart(results: list[StudentResult], cell_order: list[str], path: Path, title: str) -> Path:
+    """A heatmap of the fraction of points each student earned in each grade cell."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    data = np.full((len(cell_order), len(results)), np.nan)
+    for j, r in enumerate(results):
+        for i, gid in enumerate(cell_order):
+            c = r.cells.get(gid)
+            if c is not None and c.score is not None and c.max_score:
+                data[i, j] = c.score / c.max_score
+    fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(results), 1.2 + 0.38 * len(cell_order)))
+    im = ax.imshow(data, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(results)), [r.student for r in results], rotation=20, ha="right")
+    ax.set_yticks(range(len(cell_order)), cell_order)
+    for i in range(len(cell_order)):
+        for j in range(len(results)):
+            c = results[j].cells.get(cell_order[i])
+            ax.text(j, i, _cell_text(c), ha="center", va="center", fontsize=8)
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label="fraction of the cell's points")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

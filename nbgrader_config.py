@@ -1,0 +1,36 @@
+"""nbgrader configuration of the course (used by `course build`, `course grade` and the tests).
+
+Every nbgrader command run from this folder, or by the `course` tooling in a temporary course
+folder, reads this file. Keep course policy here, not in scripts.
+"""
+c = get_config()  # noqa: F821  (injected by traitlets)
+
+c.CourseDirectory.course_id = "transformers-from-scratch"
+# Instructors edit source/<id>/<id>.ipynb; nbgrader writes release/, submitted/, autograded/.
+# Never copy caches, checkpoints or data downloads into release/ or feedback.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".*", "data", "*.pt"]
+
+# The stub a student sees under each `### TODO:` line.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# torch imports and the small training runs of 05_training need more than nbgrader's 30 s.
+c.Execute.timeout = 180
+c.Execute.interrupt_on_timeout = True
+# A kernel that stops answering (os._exit, segfault) is restarted once, then the notebook is
+# recorded as failed; the class goes on.
+c.Execute.execute_retries = 0
+
+# A test cell with any stderr output scores 0 in nbgrader: drop harmless library chatter.
+c.IgnorePattern.enabled = True
+c.IgnorePattern.pattern = (
+    r"(?:[^\n]*(?:UserWarning|FutureWarning|DeprecationWarning|TqdmWarning|TqdmExperimentalWarning"
+    r"|huggingface_hub|HF_HUB|resume_download|it/s\]|s/it\])[^\n]*\n?)"
+)
+
+# Deleted test cells come back from the gradebook (and score what their checks give).
+c.OverwriteCells.add_missing_cells = True
+
+# Huge outputs from a submission are cut, not stored.
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 40

@@ -1,0 +1,95 @@
+"""Bank of submissions for 01_attention (gate 4): common student bugs and correct alternatives."""
+from course.bank import Alternative, Replace, Sub, Wrong
+
+SDPA = ["test_sdpa_visible", "test_sdpa_hidden"]
+PE = ["test_positional_encoding_visible", "test_positional_encoding_hidden"]
+CAUSAL = ["test_causal_mask_visible", "test_causal_mask_hidden"]
+MASKED = ["test_masked_softmax_visible", "test_masked_softmax_hidden"]
+
+WRONG = [
+    Wrong("no_scaling", "scores not divided by sqrt(d_k)",
+          {"scaled_dot_product_attention": Sub(" / math.sqrt(d_k)", "")}, SDPA),
+    Wrong("softmax_over_queries", "softmax over the query axis (dim=-2)",
+          {"scaled_dot_product_attention": Sub("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")}, SDPA),
+    Wrong("inverted_mask", "mask inverted: blocks the allowed keys",
+          {"scaled_dot_product_attention": Sub("mask == 0", "mask == 1")}, SDPA),
+    Wrong("mask_ignored", "mask never applied",
+          {"scaled_dot_product_attention": Sub("scores = scores.masked_fill(mask == 0, float(\"-inf\"))", "pass")}, SDPA),
+    Wrong("sin_cos_swapped", "sin on odd columns and cos on even ones",
+          {"positional_encoding": [Sub("pe[:, 0::2] = torch.sin(angle)", "pe[:, 0::2] = torch.cos(angle)"),
+                                   Sub("pe[:, 1::2] = torch.cos(angle)", "pe[:, 1::2] = torch.sin(angle)")]}, PE),
+    Wrong("doubled_exponent", "the seed lecture's 10000**((2*i)/d) with i already even",
+          {"positional_encoding": Sub("10000 ** (two_i / embed_dim)", "10000 ** ((2 * two_i) / embed_dim)")}, PE),
+    Wrong("upper_triangular_causal", "upper-triangular causal mask (sees the future)",
+          {"causal_mask": Sub("torch.tril(", "torch.triu(")}, CAUSAL),
+    Wrong("causal_hides_diagonal", "causal mask that hides the diagonal",
+          {"causal_mask": Replace("def causal_mask(size):\n    return torch.tril(torch.ones(size, size, dtype=torch.bool), diagonal=-1)")},
+          CAUSAL),
+    Wrong("masked_softmax_off_by_one", "masked_softmax keeps key index == valid_len (<= instead of <)",
+          {"masked_softmax": Sub("keep = keys < valid_lens.unsqueeze(-1)", "keep = keys <= valid_lens.unsqueeze(-1)")}, MASKED),
+    Wrong("embedding_scaled", "Embedding multiplies by sqrt(embed_dim) itself",
+          {"Embedding": Sub("return self.embed(x)", "return self.embed(x) * self.embed.embedding_dim ** 0.5")},
+          ["test_Embedding_visible", "test_Embedding_hidden"]),
+    Wrong("wrong_answers", "all multiple-choice answers wrong",
+          {"answers": [Sub('answer_q1 = "b"', 'answer_q1 = "a"'), Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
+                       Sub('answer_q3 = "b"', 'answer_q3 = "a"')]},
+          ["test_q1", "test_q2", "test_q3"]),
+]
+
+ALTERNATIVES = [
+    Alternative("einsum_large_negative", "einsum and a -1e9 fill instead of matmul and -inf",
+                {"scaled_dot_product_attention": Replace('''
+def scaled_dot_product_attention(query, key, value, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", query, key) / query.shape[-1] ** 0.5
+    if mask is not None:
+        scores = torch.where(mask.bool(), scores, torch.full_like(scores, -1e9))
+    weights = F.softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kv->...qv", weights, value), weights
+''')}),
+    Alternative("looped_pe_numpy", "positional encoding with Python loops and math, as the seed lecture does",
+                {"positional_encoding": Replace('''
+def positional_encoding(max_seq_len, embed_dim):
+    pe = torch.zeros(max_seq_len, embed_dim, dtype=torch.float64)
+    for pos in range(max_seq_len):
+        for i in range(0, embed_dim, 2):
+            angle = pos / (10000 ** (i / embed_dim))
+            pe[pos, i] = math.sin(angle)
+            pe[pos, i + 1] = math.cos(angle)
+    return pe
+''')}),
+    Alternative("arange_masks_d2l", "causal mask by comparing aranges; d2l-style masked_softmax with -1e6",
+                {"causal_mask": Replace('''
+def causal_mask(size):
+    idx = torch.arange(size)
+    return idx[None, :] <= idx[:, None]
+'''),
+                 "masked_softmax": Replace('''
+def masked_softmax(scores, valid_lens):
+    if valid_lens is None:
+        return nn.functional.softmax(scores, dim=-1)
+    shape = scores.shape
+    if valid_lens.dim() == 1:
+        valid_lens = torch.repeat_interleave(valid_lens, shape[1])
+    else:
+        valid_lens = valid_lens.reshape(-1)
+    flat = scores.reshape(-1, shape[-1])
+    mask = torch.arange(shape[-1], device=scores.device)[None, :] < valid_lens[:, None]
+    flat = flat.masked_fill(~mask, -1e6)
+    return nn.functional.softmax(flat.reshape(shape), dim=-1)
+''')}),
+    Alternative("embedding_subclass_style", "Embedding with explicit attribute names and a float mask causal_mask",
+                {"Embedding": Replace('''
+class Embedding(nn.Module):
+    def __init__(self, vocab_size, embed_dim):
+        super(Embedding, self).__init__()
+        self.embed = nn.Embedding(num_embeddings=vocab_size, embedding_dim=embed_dim)
+
+    def forward(self, x):
+        out = self.embed(x)
+        return out
+'''),
+                 "causal_mask": Replace('''
+def causal_mask(size):
+    return 1 - torch.triu(torch.ones(size, size), diagonal=1)
+''')}),
+]

@@ -1,0 +1,104 @@
+"""The course's quality gates (COURSE_SPEC §6), asserted per notebook and per grade cell.
+
+Every notebook in source/ is picked up automatically. The autograde-based gates share one real
+`nbgrader autograde` run per assignment (see conftest.graded).
+"""
+from __future__ import annotations
+
+import pytest
+
+from course import bank, build, grading, lint
+from conftest import ASSIGNMENTS, ROOT
+
+
+def test_course_has_the_five_assignments():
+    assert ASSIGNMENTS == ["01_attention", "02_multi_head_attention", "03_encoder",
+                           "04_decoder", "05_training"]
+
+
+# Gate 1 -------------------------------------------------------------------------------------
+def test_gate1_release_is_what_nbgrader_generates():
+    problems = build.release_drift(ROOT)
+    assert not problems, "\n".join(f"{a}: {p}" for a, p in problems.items())
+
+
+# Gate 7 -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate7_lints(assignment):
+    problems = lint.lint(assignment, ROOT)
+    assert not problems, "\n".join(problems)
+
+
+# Gates 2, 3, 6 ------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate2_reference_gets_full_marks_on_every_cell(graded, assignment):
+    run = graded(assignment)
+    results, log = run.results, run.log
+    ref = results["reference"]
+    assert ref.error is None, f"{ref.error}\n{log[-3000:]}"
+    expected = {gid for gid, _, manual in grading.grade_cells(assignment, ROOT) if not manual}
+    assert set(ref.auto_cells) == expected
+    lost = {g: f"{c.score}/{c.max_score}" for g, c in ref.auto_cells.items() if not c.full}
+    assert not lost, f"reference loses points in {lost}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate3_untouched_release_scores_zero_on_every_cell(graded, assignment):
+    run = graded(assignment)
+    results, log = run.results, run.log
+    res = results["untouched"]
+    assert res.error is None, f"{res.error}\n{log[-3000:]}"
+    assert res.cells, "no grade cells were graded"
+    earned = {g: c.score for g, c in res.cells.items() if c.score not in (None, 0, 0.0)}
+    assert not earned, f"the untouched release earns points in {earned}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate6_reference_runs_top_to_bottom_without_errors(graded, assignment, tmp_path):
+    """Gate 6 on the autograded reference: nbgrader ran every cell offline on CPU; none errored."""
+    from course import cells as C
+    run = graded(assignment)
+    nb = C.read(run.autograded_notebook("reference"))
+    errors = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.output_type == "error" or (out.output_type == "stream" and out.name == "stderr"):
+                text = out.get("evalue") or out.get("text", "")
+                errors.append(f"cell {i} ({C.grade_id(cell) or 'lecture'}): {out.output_type}: {text[:300]}")
+    assert not errors, "\n".join(errors)
+
+
+# Gate 4 -------------------------------------------------------------------------------------
+def _bank_cases():
+    for a in ASSIGNMENTS:
+        for entry in bank.load(a, ROOT):
+            yield pytest.param(a, entry, id=f"{a}:{entry.name}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("assignment,entry", list(_bank_cases()))
+def test_gate4_bank(graded, assignment, entry):
+    run = graded(assignment)
+    results, log = run.results, run.log
+    res = results[f"bank-{entry.name}"]
+    assert res.error is None, f"{res.error}\n{log[-3000:]}"
+    not_full = {g for g, c in res.auto_cells.items() if not c.full}
+    if entry.correct:
+        assert not not_full, f"correct alternative '{entry.description}' loses points in {sorted(not_full)}"
+    else:
+        missed = set(entry.loses) - not_full
+        assert not missed, (f"wrong submission '{entry.description}' keeps full marks in {sorted(missed)}: "
+                            "the tests of that component do not catch this bug")
+        extra = not_full - set(entry.loses)
+        assert not extra, (f"wrong submission '{entry.description}' also loses {sorted(extra)}, "
+                           "which test other components (tests are coupled)")
+
+
+def test_every_notebook_has_a_bank_of_wrong_and_correct_submissions():
+    for a in ASSIGNMENTS:
+        entries = bank.load(a, ROOT)
+        assert any(not e.correct for e in entries), f"{a} has no wrong submissions in its bank"
+        assert sum(e.correct for e in entries) >= 3, f"{a} has fewer than 3 correct alternatives"
