@@ -159,17 +159,44 @@ class ClassRun:
     log: str
     root: Path
 
+    roots: dict = field(default_factory=dict)   # student -> course folder that graded them
+
     def autograded_notebook(self, student: str) -> Path:
-        return self.root / "autograded" / student / self.assignment / f"{self.assignment}.ipynb"
+        root = self.roots.get(student, self.root)
+        return root / "autograded" / student / self.assignment / f"{self.assignment}.ipynb"
 
 
 def grade_class(assignment: str, submissions: dict, workdir: Path, repo: Path | None = None,
-                timeout: float | None = None) -> ClassRun:
-    """Grade ``{student: notebook or path}`` for one assignment in a fresh course folder."""
-    ws = Workspace(workdir, repo, [assignment])
-    ws.generate(assignment)
-    for student, nb in submissions.items():
-        ws.submit(student, assignment, nb)
-    proc, seconds = timed(ws.autograde, assignment, timeout=timeout)
-    return ClassRun(assignment, ws.results(assignment, list(submissions)), seconds,
-                    proc.stdout + proc.stderr, ws.root)
+                timeout: float | None = None, workers: int = 1) -> ClassRun:
+    """Grade ``{student: notebook or path}`` for one assignment in fresh course folders.
+
+    With ``workers > 1`` the class is split round-robin into that many course folders, each
+    with its own SQLite gradebook (SQLite takes one writer at a time), graded concurrently by
+    separate `nbgrader autograde` processes; the per-cell results are the same as sequential.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = max(1, min(workers, len(submissions) or 1))
+    names = list(submissions)
+    groups = [names[i::workers] for i in range(workers)]
+
+    def run_group(i: int):
+        root = Path(workdir) if workers == 1 else Path(workdir) / f"worker{i}"
+        ws = Workspace(root, repo, [assignment])
+        ws.generate(assignment)
+        for student in groups[i]:
+            ws.submit(student, assignment, submissions[student])
+        proc = ws.autograde(assignment, timeout=timeout)
+        return ws, ws.results(assignment, groups[i]), proc.stdout + proc.stderr
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        done = list(pool.map(run_group, range(workers)))
+    seconds = time.perf_counter() - t0
+    results = {}
+    for _, res, _ in done:
+        results.update(res)
+    run = ClassRun(assignment, {s: results[s] for s in names}, seconds,
+                   "\n".join(log for _, _, log in done), Path(workdir))
+    run.roots = {s: ws.root for ws, res, _ in done for s in res}
+    return run

@@ -1,0 +1,219 @@
+"""Bank of 02_multi_head_attention: common multi-head attention bugs, and correct alternatives."""
+from course.bank import Alternative, Replace, Sub, Wrong
+
+SPLIT = ["test_split_heads_visible", "test_split_heads_hidden"]
+MERGE = ["test_merge_heads_visible", "test_merge_heads_hidden"]
+MHA = ["test_MultiHeadAttention_visible", "test_MultiHeadAttention_hidden"]
+BERT = ["test_mha_from_bert_visible", "test_mha_from_bert_hidden"]
+
+WRONG = [
+    # split_heads / merge_heads (MultiHeadAttention and mha_from_bert call them, so they fail too)
+    Wrong("split_without_transpose", "split_heads views x as (B, n_heads, T, d) without the transpose",
+          edits={"split_heads": Sub("return x.view(B, T, n_heads, embed_dim // n_heads).transpose(1, 2)",
+                                    "return x.view(B, n_heads, T, embed_dim // n_heads)")},
+          loses=SPLIT + MHA + BERT),
+    Wrong("merge_without_transpose", "merge_heads reshapes (B, H, T, d) to (B, T, H*d) without transposing back",
+          edits={"merge_heads": Sub("x.transpose(1, 2).reshape(B, T, n_heads * d)", "x.reshape(B, T, n_heads * d)")},
+          # the weights stay right (the visible BERT check); the output of a BertAttention copy is wrong
+          loses=MERGE + MHA + ["test_mha_from_bert_hidden"]),
+    # MultiHeadAttention
+    Wrong("no_output_projection", "forgets the output projection W^O",
+          edits={"MultiHeadAttention": Sub("return self.out(merge_heads(context))", "return merge_heads(context)")},
+          loses=MHA + ["test_mha_from_bert_hidden"]),
+    Wrong("values_with_key_matrix", "projects the values with the key matrix",
+          edits={"MultiHeadAttention": Sub("v = split_heads(self.value_matrix(value), self.n_heads)",
+                                           "v = split_heads(self.key_matrix(value), self.n_heads)")},
+          loses=MHA + ["test_mha_from_bert_hidden"]),
+    Wrong("scale_by_sqrt_embed_dim", "divides the scores by sqrt(embed_dim) instead of sqrt(single_head_dim)",
+          edits={"MultiHeadAttention": Sub("/ math.sqrt(self.single_head_dim)", "/ math.sqrt(self.embed_dim)")},
+          loses=MHA + BERT),
+    Wrong("no_scaling", "forgets the 1/sqrt(d_k) scaling",
+          edits={"MultiHeadAttention": Sub(" / math.sqrt(self.single_head_dim)", "")},
+          loses=MHA + BERT),
+    Wrong("softmax_over_queries", "softmax over the query dimension instead of the keys",
+          edits={"MultiHeadAttention": Sub("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")},
+          loses=MHA + BERT),
+    Wrong("mask_ignored", "never applies the mask",
+          edits={"MultiHeadAttention": Sub('scores = scores.masked_fill(mask == 0, float("-inf"))', "pass")},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("mask_bitwise_not", "uses ~mask, which fails for 0/1 integer masks",
+          edits={"MultiHeadAttention": Sub('scores.masked_fill(mask == 0, float("-inf"))',
+                                           'scores.masked_fill(~mask, float("-inf"))')},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("tq_tk_broken", "merges the heads with the key length, so T_q != T_k fails (cross-attention)",
+          edits={"MultiHeadAttention": Sub(
+              "return self.out(merge_heads(context))",
+              "return self.out(context.transpose(1, 2).reshape(key.size(0), key.size(1), self.embed_dim))")},
+          loses=MHA),
+    Wrong("seed_shared_small_linear",
+          "the seed lecture's bug: splits the input first, then one small Linear(d, d) shared by all heads",
+          edits={"MultiHeadAttention": Replace('''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, embed_dim=512, n_heads=8, dropout=0.0):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.n_heads = n_heads
+        self.single_head_dim = embed_dim // n_heads
+        d = self.single_head_dim
+        self.query_matrix = nn.Linear(d, d)
+        self.key_matrix = nn.Linear(d, d)
+        self.value_matrix = nn.Linear(d, d)
+        self.out = nn.Linear(embed_dim, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        B, Tq, Tk = query.size(0), query.size(1), key.size(1)
+        H, d = self.n_heads, self.single_head_dim
+        q = self.query_matrix(query.view(B, Tq, H, d)).transpose(1, 2)
+        k = self.key_matrix(key.view(B, Tk, H, d)).transpose(1, 2)
+        v = self.value_matrix(value.view(B, Tk, H, d)).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-1e20"))
+        weights = torch.softmax(scores, dim=-1)
+        self.attention_weights = weights
+        context = self.dropout(weights) @ v
+        return self.out(context.transpose(1, 2).contiguous().view(B, Tq, H * d))
+''')},
+          loses=MHA + BERT),
+    # mha_from_bert
+    Wrong("bert_query_key_swapped", "copies BERT's query weights into key_matrix and its key weights into query_matrix",
+          edits={"mha_from_bert": [Sub("(mha.query_matrix, self_attention.query)", "(mha.query_matrix, self_attention.key)"),
+                                   Sub("(mha.key_matrix, self_attention.key)", "(mha.key_matrix, self_attention.query)")]},
+          loses=BERT),
+    Wrong("bert_default_heads", "builds MultiHeadAttention(embed_dim) with the default 8 heads instead of BERT's 12",
+          edits={"mha_from_bert": Sub("MultiHeadAttention(embed_dim, self_attention.num_attention_heads)",
+                                      "MultiHeadAttention(embed_dim)")},
+          loses=BERT),
+    Wrong("bert_dense_not_copied", "ignores BERT's output.dense (W^O stays random)",
+          edits={"mha_from_bert": Sub("if dense is not None:", "if False:")},
+          loses=["test_mha_from_bert_hidden"]),
+    # theory questions
+    Wrong("q1_wrong", "answers question 1 with the seed's per-head 64 x 64 count",
+          edits={"answer_q1": Sub('answer_q1 = "c"', 'answer_q1 = "a"')}, loses=["test_answer_q1"]),
+    Wrong("q2_wrong", "answers question 2 with 'nothing changes'",
+          edits={"answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "d"')}, loses=["test_answer_q2"]),
+]
+
+_HEAD = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, embed_dim=512, n_heads=8, dropout=0.0):
+        super().__init__()
+        if embed_dim % n_heads != 0:
+            raise ValueError("embed_dim must be divisible by n_heads")
+        self.embed_dim = embed_dim
+        self.n_heads = n_heads
+        self.single_head_dim = embed_dim // n_heads
+        self.query_matrix = nn.Linear(embed_dim, embed_dim)
+        self.key_matrix = nn.Linear(embed_dim, embed_dim)
+        self.value_matrix = nn.Linear(embed_dim, embed_dim)
+        self.out = nn.Linear(embed_dim, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+'''
+
+ALTERNATIVES = [
+    Alternative("loop_over_heads", "a Python loop over the heads, slicing each head's 64 features",
+                edits={"MultiHeadAttention": Replace(_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        q, k, v = self.query_matrix(query), self.key_matrix(key), self.value_matrix(value)
+        d = self.single_head_dim
+        outputs, weights = [], []
+        for h in range(self.n_heads):
+            cols = slice(h * d, (h + 1) * d)
+            scores = q[..., cols] @ k[..., cols].transpose(-2, -1) / math.sqrt(d)   # (B, T_q, T_k)
+            if mask is not None:
+                m = mask if mask.dim() < 3 else mask[:, 0]          # drop the head axis
+                scores = scores.masked_fill(m == 0, float("-inf"))
+            w = torch.softmax(scores, dim=-1)
+            weights.append(w)
+            outputs.append(self.dropout(w) @ v[..., cols])
+        self.attention_weights = torch.stack(weights, dim=1)
+        return self.out(torch.cat(outputs, dim=-1))
+''')}),
+    Alternative("einsum", "einsum on (B, T, H, d) tensors, torch.where with a large negative fill",
+                edits={"MultiHeadAttention": Replace(_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        B, Tq, _ = query.shape
+        Tk = key.size(1)
+        H, d = self.n_heads, self.single_head_dim
+        q = self.query_matrix(query).reshape(B, Tq, H, d)
+        k = self.key_matrix(key).reshape(B, Tk, H, d)
+        v = self.value_matrix(value).reshape(B, Tk, H, d)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * d ** -0.5
+        if mask is not None:
+            scores = torch.where(mask.bool(), scores, torch.full_like(scores, -1e9))
+        w = scores.softmax(dim=-1)
+        self.attention_weights = w
+        context = torch.einsum("bhqk,bkhd->bqhd", self.dropout(w), v).reshape(B, Tq, H * d)
+        return self.out(context)
+''')}),
+    Alternative("torch_sdpa", "F.scaled_dot_product_attention for the output, the weights computed alongside",
+                edits={"MultiHeadAttention": Replace(_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        q = split_heads(self.query_matrix(query), self.n_heads)
+        k = split_heads(self.key_matrix(key), self.n_heads)
+        v = split_heads(self.value_matrix(value), self.n_heads)
+        allowed = None if mask is None else (mask != 0)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.single_head_dim)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        self.attention_weights = torch.softmax(scores, dim=-1)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
+                                                 dropout_p=self.dropout.p if self.training else 0.0)
+        return self.out(merge_heads(context))
+''')}),
+    Alternative("given_sdpa_and_permute", "split/merge with reshape + permute, notebook 01's scaled_dot_product_attention",
+                edits={"split_heads": Replace('''
+def split_heads(x, n_heads):
+    B, T, D = x.shape
+    return x.reshape(B, T, n_heads, -1).permute(0, 2, 1, 3)
+'''),
+                       "merge_heads": Replace('''
+def merge_heads(x):
+    x = x.permute(0, 2, 1, 3).contiguous()
+    return x.view(x.size(0), x.size(1), -1)
+'''),
+                       "MultiHeadAttention": Replace(_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)
+        q = split_heads(self.query_matrix(query), self.n_heads)
+        k = split_heads(self.key_matrix(key), self.n_heads)
+        v = split_heads(self.value_matrix(value), self.n_heads)
+        context, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        return self.out(merge_heads(context))
+''')}),
+    Alternative("bert_load_state_dict", "mha_from_bert through load_state_dict; answers in capitals",
+                edits={"mha_from_bert": Replace('''
+def mha_from_bert(bert_attention_layer):
+    if hasattr(bert_attention_layer, "output"):
+        self_attention, dense = bert_attention_layer.self, bert_attention_layer.output.dense
+    else:
+        self_attention, dense = bert_attention_layer, None
+    E = self_attention.query.in_features
+    mha = MultiHeadAttention(E, self_attention.num_attention_heads)
+    state = {}
+    for mine, theirs in [("query_matrix", self_attention.query), ("key_matrix", self_attention.key),
+                         ("value_matrix", self_attention.value), ("out", dense)]:
+        if theirs is None:
+            state["out.weight"], state["out.bias"] = torch.eye(E), torch.zeros(E)
+        else:
+            state[mine + ".weight"] = theirs.weight.detach().clone()
+            state[mine + ".bias"] = theirs.bias.detach().clone()
+    mha.load_state_dict(state)
+    return mha.eval()
+'''),
+                       "answer_q1": Replace('answer_q1 = "C"'),
+                       "answer_q2": Replace('answer_q2 = " b "')}),
+]

@@ -1,0 +1,175 @@
+"""Bank of 04_decoder (gate 4): common decoder bugs must lose the cells that test them;
+correct alternatives must keep full marks."""
+from course.bank import Alternative, Replace, Sub, Wrong
+
+BLOCK = ["test_DecoderBlock_visible", "test_DecoderBlock_hidden"]
+DECODER = ["test_TransformerDecoder_visible", "test_TransformerDecoder_hidden"]
+MODEL = ["test_Transformer_visible", "test_Transformer_hidden"]
+GREEDY = ["test_greedy_decode_visible", "test_greedy_decode_hidden"]
+GPT = ["test_DecoderOnlyTransformer_visible", "test_DecoderOnlyTransformer_hidden"]
+
+WRONG = [
+    # ---- DecoderBlock
+    Wrong("block_ignores_tgt_mask", "decoder block: masked self-attention called without the target mask",
+          edits={"DecoderBlock": Sub("self.attention(x, x, x, tgt_mask)", "self.attention(x, x, x)")},
+          loses=BLOCK + MODEL),
+    Wrong("block_seed_wiring", "the seed lecture's wiring: self-attention over the encoder output, "
+          "residual on the encoder stream, encoder-derived values in the cross-attention",
+          edits={"DecoderBlock": Sub(
+              "        x = self.norm(x + self.dropout(self.attention(x, x, x, tgt_mask)))\n"
+              "        return self.transformer_block(x, enc_out, enc_out, src_mask)",
+              "        value = self.norm(enc_out + self.dropout(self.attention(enc_out, enc_out, enc_out, tgt_mask)))\n"
+              "        return self.transformer_block(x, enc_out, value, src_mask)")},
+          loses=BLOCK + ["test_Transformer_hidden"]),
+    Wrong("block_cross_attends_target", "cross-attention reads the decoder stream instead of the encoder output",
+          edits={"DecoderBlock": Sub("self.transformer_block(x, enc_out, enc_out, src_mask)",
+                                     "self.transformer_block(x, x, x, tgt_mask)")},
+          loses=BLOCK + ["test_Transformer_hidden"]),
+    Wrong("block_ignores_src_mask", "cross-attention without the source padding mask",
+          edits={"DecoderBlock": Sub("self.transformer_block(x, enc_out, enc_out, src_mask)",
+                                     "self.transformer_block(x, enc_out, enc_out)")},
+          loses=["test_DecoderBlock_hidden", "test_Transformer_hidden"]),
+    # ---- TransformerDecoder
+    Wrong("decoder_returns_softmax", "the decoder returns softmax probabilities instead of logits (seed lecture)",
+          edits={"TransformerDecoder": Sub("return self.fc_out(x)", "return torch.softmax(self.fc_out(x), dim=-1)")},
+          loses=DECODER + ["test_Transformer_hidden"]),
+    Wrong("decoder_no_positions", "the decoder forgets the positional encoding",
+          edits={"TransformerDecoder": Sub("x = self.position_embedding(self.word_embedding(x))",
+                                           "x = self.word_embedding(x)")},
+          loses=DECODER),
+    Wrong("decoder_chains_enc_out", "each decoder layer reads the previous layer's output instead of enc_out",
+          edits={"TransformerDecoder": Sub("x = layer(x, enc_out, tgt_mask, src_mask)",
+                                           "x, enc_out = layer(x, enc_out, tgt_mask, src_mask), x")},
+          loses=DECODER),
+    # ---- Transformer
+    Wrong("model_no_tgt_mask", "decoder without target mask: forward passes no causal mask to the decoder",
+          edits={"Transformer": Sub("self.decoder(trg, enc_out, self.make_trg_mask(trg), src_mask)",
+                                    "self.decoder(trg, enc_out, None, src_mask)")},
+          loses=MODEL),
+    Wrong("model_mask_hides_diagonal", "make_trg_mask hides the diagonal (a position cannot see itself)",
+          edits={"Transformer": Sub("return causal_mask(trg.size(1)).to(trg.device)[None, None]",
+                                    "T = trg.size(1)\n        return torch.tril(torch.ones(T, T, dtype=torch.bool), "
+                                    "diagonal=-1).to(trg.device)[None, None]")},
+          loses=MODEL),
+    Wrong("model_src_mask_not_in_decoder", "the source padding mask reaches the encoder but not the decoder",
+          edits={"Transformer": Sub("self.make_trg_mask(trg), src_mask)", "self.make_trg_mask(trg))")},
+          loses=["test_Transformer_hidden"]),
+    # ---- greedy_decode
+    Wrong("greedy_last_token_only", "decoding feeds back only the last predicted token (seed lecture)",
+          edits={"greedy_decode": Sub(
+              "        logits = model.decoder(ys, enc_out, model.make_trg_mask(ys))",
+              "        last = ys[:, -1:]\n"
+              "        logits = model.decoder(last, enc_out, model.make_trg_mask(last))")},
+          loses=GREEDY),
+    Wrong("greedy_batch_of_one", "decoding that works only for a batch of one (.item(), seed lecture)",
+          edits={"greedy_decode": Replace('''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, sos_idx, eos_idx):
+    enc_out = model.encoder(src)
+    tokens = [sos_idx]
+    while len(tokens) < max_len:
+        ys = torch.tensor([tokens], device=src.device)
+        logits = model.decoder(ys, enc_out, model.make_trg_mask(ys))
+        tokens.append(logits[:, -1].argmax(dim=-1).item())
+        if tokens[-1] == eos_idx:
+            break
+    return torch.tensor([tokens], device=src.device)
+''')},
+          loses=GREEDY),
+    Wrong("greedy_no_eos_padding", "finished rows keep the model's predictions after their eos",
+          edits={"greedy_decode": Sub("        next_token = next_token.masked_fill(finished, eos_idx)\n", "")},
+          loses=GREEDY),
+    Wrong("greedy_no_causal_mask", "decoding without a causal mask for the prefix",
+          edits={"greedy_decode": Sub("model.decoder(ys, enc_out, model.make_trg_mask(ys))",
+                                      "model.decoder(ys, enc_out)")},
+          loses=GREEDY),
+    Wrong("greedy_no_early_stop", "decoding always runs to max_len instead of stopping when every row has eos",
+          edits={"greedy_decode": Sub("while ys.size(1) < max_len and not finished.all():",
+                                      "while ys.size(1) < max_len:")},
+          loses=GREEDY),
+    Wrong("greedy_stops_at_first_eos", "decoding stops when any row (not every row) has produced eos",
+          edits={"greedy_decode": Sub("while ys.size(1) < max_len and not finished.all():",
+                                      "while ys.size(1) < max_len and not finished.any():")},
+          loses=GREEDY),
+    # ---- DecoderOnlyTransformer
+    Wrong("gpt_no_causal_mask", "a decoder-only model with no causal mask",
+          edits={"DecoderOnlyTransformer": Sub("h = layer(h, h, h, mask)", "h = layer(h, h, h)")},
+          loses=GPT),
+    Wrong("gpt_mask_hides_diagonal", "a causal mask that hides the diagonal (strictly lower triangular)",
+          edits={"DecoderOnlyTransformer": Sub(
+              "mask = causal_mask(x.size(1)).to(x.device)",
+              "mask = torch.tril(torch.ones(x.size(1), x.size(1), dtype=torch.bool, device=x.device), diagonal=-1)")},
+          loses=GPT),
+    Wrong("gpt_softmax", "the decoder-only model returns probabilities",
+          edits={"DecoderOnlyTransformer": Sub("return self.fc_out(h)", "return self.fc_out(h).softmax(dim=-1)")},
+          loses=["test_DecoderOnlyTransformer_hidden"]),
+    # ---- questions
+    Wrong("q1_no_future_leak_confusion", "question 1 answered with the future-leak option",
+          edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "c"')}, loses=["test_answer_q1"]),
+    Wrong("q3_same_convention", "question 3: believes PyTorch reads True as 'may attend'",
+          edits={"answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "a"')}, loses=["test_answer_q3"]),
+]
+
+ALTERNATIVES = [
+    Alternative("block_keyword_style", "decoder block written with keyword arguments and explicit steps",
+                edits={"DecoderBlock": Sub(
+                    "        x = self.norm(x + self.dropout(self.attention(x, x, x, tgt_mask)))\n"
+                    "        return self.transformer_block(x, enc_out, enc_out, src_mask)",
+                    "        attended = self.attention(query=x, key=x, value=x, mask=tgt_mask)\n"
+                    "        x1 = self.norm(self.dropout(attended) + x)\n"
+                    "        out = self.transformer_block(query=x1, key=enc_out, value=enc_out, mask=src_mask)\n"
+                    "        return out")}),
+    Alternative("decoder_plain_embedding", "nn.Embedding as the word embedding and an index loop over the layers",
+                edits={"TransformerDecoder": [
+                    Sub("self.word_embedding = Embedding(target_vocab_size, embed_dim)",
+                        "self.word_embedding = nn.Embedding(target_vocab_size, embed_dim)"),
+                    Sub("        for layer in self.layers:\n            x = layer(x, enc_out, tgt_mask, src_mask)",
+                        "        for i in range(len(self.layers)):\n"
+                        "            x = self.layers[i](x, enc_out, tgt_mask=tgt_mask, src_mask=src_mask)")]}),
+    Alternative("model_seed_style_mask", "make_trg_mask as in the seed: 0/1 floats expanded to (B, 1, T, T)",
+                edits={"Transformer": Sub(
+                    "return causal_mask(trg.size(1)).to(trg.device)[None, None]",
+                    "batch_size, trg_len = trg.shape\n"
+                    "        return torch.tril(torch.ones(trg_len, trg_len, device=trg.device)).expand(\n"
+                    "            batch_size, 1, trg_len, trg_len)")}),
+    Alternative("greedy_loop_over_rows", "greedy decoding with a python loop over the rows, then eos padding",
+                edits={"greedy_decode": Replace('''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, sos_idx, eos_idx):
+    rows = []
+    for i in range(src.size(0)):
+        enc_out = model.encoder(src[i:i + 1])
+        row = [sos_idx]
+        while len(row) < max_len and row[-1] != eos_idx:
+            ys = torch.tensor([row], device=src.device)
+            logits = model.decoder(ys, enc_out, causal_mask(len(row)).to(src.device))
+            row.append(int(logits[0, -1].argmax()))
+        rows.append(row)
+    width = max(len(row) for row in rows)
+    return torch.tensor([row + [eos_idx] * (width - len(row)) for row in rows], device=src.device)
+''')}),
+    Alternative("greedy_calls_forward", "greedy decoding through model(src, ys) with torch.where for finished rows",
+                edits={"greedy_decode": Replace('''
+@torch.no_grad()
+def greedy_decode(model, src, max_len, sos_idx, eos_idx):
+    B = src.shape[0]
+    ys = torch.full((B, 1), sos_idx, dtype=torch.long, device=src.device)
+    done = torch.zeros(B, dtype=torch.bool, device=src.device)
+    for _ in range(max_len - 1):
+        if bool(done.all()):
+            break
+        best = model(src, ys)[:, -1, :].argmax(-1)
+        best = torch.where(done, torch.full_like(best, eos_idx), best)
+        ys = torch.cat((ys, best[:, None]), dim=1)
+        done = done | (best == eos_idx)
+    return ys
+''')}),
+    Alternative("gpt_triu_mask", "decoder-only mask built with torch.triu(..., 1) == 0",
+                edits={"DecoderOnlyTransformer": Sub(
+                    "mask = causal_mask(x.size(1)).to(x.device)",
+                    "T = x.size(1)\n        mask = torch.triu(torch.ones(T, T, device=x.device), 1) == 0")}),
+    Alternative("answers_uppercase", "answers written in upper case with spaces",
+                edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = " B "'),
+                       "answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "B"'),
+                       "answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "C"')}),
+]

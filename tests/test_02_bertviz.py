@@ -1,0 +1,152 @@
+"""02_multi_head_attention: the BERT loading and bertviz cells work offline.
+
+The code under test is taken from the source notebook itself (the `load_bert` cell that later
+notebooks reuse, the other given cells, the reference solutions and the cells tagged
+`bertviz`), never copied here, so these tests follow the notebook when it changes.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from course import cells as C
+from conftest import ROOT
+
+AID = "02_multi_head_attention"
+SOURCE = ROOT / "source" / AID / f"{AID}.ipynb"
+
+
+def _cells():
+    return C.read(SOURCE).cells
+
+
+def _cell(grade_id: str) -> str:
+    for cell in _cells():
+        if C.grade_id(cell) == grade_id:
+            return cell.source
+    raise AssertionError(f"{SOURCE} has no cell {grade_id!r}")
+
+
+def _python(source: str) -> str:
+    """Cell text as plain Python (IPython magics such as %pip become get_ipython() calls)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager().transform_cell(source)
+
+
+def test_load_bert_is_a_saved_locked_cell():
+    cell = next(c for c in _cells() if C.grade_id(c) == "load_bert")
+    assert C.is_locked(cell) and C.is_saved(cell), "load_bert must be locked and tagged `save` (notebook 03 reuses it)"
+
+
+def test_load_bert_falls_back_to_the_packaged_bert_within_5_seconds(tmp_path):
+    """No network, nothing cached, HF_HUB_OFFLINE unset: the hub probe must give up quickly.
+
+    The probe is made to hang (as a silently dropped connection would) rather than to fail
+    at once, so this also checks that the 2-second bound holds."""
+    script = textwrap.dedent('''
+        import socket, sys, time
+        def hang(*args, **kwargs):
+            time.sleep(60)
+        socket.create_connection = hang
+        import huggingface_hub, transformers                      # imports are not part of the decision
+        from transformers import AutoTokenizer, BertModel
+        namespace = {}
+        exec(open(sys.argv[1]).read(), namespace)
+        start = time.perf_counter()
+        model, tokenizer, name, path = namespace["load_bert"]()
+        print("SECONDS", time.perf_counter() - start)
+        print("NAME", name)
+        print("LAYERS", model.config.num_hidden_layers)
+    ''')
+    code_file = tmp_path / "load_bert.py"
+    code_file.write_text(_python(_cell("load_bert")))
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_PROGRESS_BARS="1")
+    proc = subprocess.run([sys.executable, "-c", script, str(code_file)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines() if line.split(" ", 1)[0] in
+                 ("SECONDS", "NAME", "LAYERS"))
+    assert lines["NAME"] == "all-MiniLM-L6-v2"
+    assert lines["LAYERS"] == "6"
+    assert "Notice:" in proc.stdout, "the fallback must print a one-line notice"
+    assert float(lines["SECONDS"]) < 5, f"load_bert took {lines['SECONDS']} s to fall back (limit 5 s)"
+
+
+@pytest.fixture(scope="module")
+def views():
+    """Run the notebook's bertviz cells offline with every view returning its HTML."""
+    import bertviz
+    import bertviz.neuron_view
+
+    produced = []
+
+    def capture(fn):
+        def wrapper(*args, **kwargs):
+            kwargs["html_action"] = "return"
+            html = fn(*args, **kwargs)
+            produced.append((fn.__name__, html.data))
+            return html
+        return wrapper
+
+    saved = (bertviz.head_view, bertviz.model_view, bertviz.neuron_view.show)
+    bertviz.head_view, bertviz.model_view = capture(saved[0]), capture(saved[1])
+    bertviz.neuron_view.show = capture(saved[2])
+    os.environ.pop("NBGRADER_EXECUTION", None)
+    namespace = {}
+    try:
+        for cell in _cells():
+            if cell.cell_type != "code":
+                continue
+            gid = C.grade_id(cell)
+            runs = (gid in ("setup", "given") or C.is_solution(cell) or "bertviz" in C.tags(cell)
+                    or (C.is_locked(cell) and not C.is_grade(cell)))
+            if runs:
+                source = C.strip_markers(cell.source) if C.is_solution(cell) else cell.source
+                exec(compile(_python(source), f"<{AID} cell {gid or 'bertviz'}>", "exec"), namespace)
+    finally:
+        bertviz.head_view, bertviz.model_view, bertviz.neuron_view.show = saved
+    return produced, namespace
+
+
+SENTENCES = {
+    "cat": ["the", "cat", "sat", "on", "mat", "lay", "rug"],
+    "flies": ["time", "flies", "like", "an", "arrow", "fruit", "banana"],
+}
+
+
+def test_the_three_views_are_produced(views):
+    produced, _ = views
+    kinds = [name for name, _ in produced]
+    assert kinds.count("head_view") >= 2 and kinds.count("model_view") >= 2 and kinds.count("show") == 1, kinds
+
+
+@pytest.mark.parametrize("pair", ["cat", "flies"])
+@pytest.mark.parametrize("view", ["head_view", "model_view"])
+def test_views_contain_the_sentence_tokens(views, view, pair):
+    produced, _ = views
+    htmls = [html for name, html in produced if name == view]
+    words = SENTENCES[pair]
+    matching = [h for h in htmls if all(f'"{w}"' in h for w in words)]
+    assert matching, f"no {view} shows all tokens of the {pair!r} sentence pair {words}"
+    assert all('"[CLS]"' in h and '"[SEP]"' in h for h in matching)
+
+
+def test_neuron_view_shows_one_head_of_time_flies(views):
+    produced, _ = views
+    (html,) = [h for name, h in produced if name == "show"]
+    for w in ["time", "flies", "like", "an", "arrow"]:
+        assert f'"{w}"' in html
+    assert '"queries"' in html and '"keys"' in html, "the neuron view needs the query and key vectors"
+
+
+def test_students_layer_matches_bert_in_the_notebook(views):
+    """The demo cell's own MultiHeadAttention (reference solution) reproduces BERT's layer."""
+    _, ns = views
+    diff = (ns["mine"].attention_weights - ns["attention"][ns["layer"]]).abs().max().item()
+    assert diff <= 1e-5, diff
