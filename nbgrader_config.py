@@ -34,3 +34,28 @@ c.OverwriteCells.add_missing_cells = True
 # Huge outputs from a submission are cut, not stored.
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 40
+
+# Autograde runs each submission in a sandboxed kernel (course/sandbox.py): resource limits
+# always; with bubblewrap also no network and no view of source/, other submissions or the
+# gradebook. Test cells are scored only on what the tests did (course/integrity.py).
+try:
+    import course.sandbox  # noqa: F401  (the course package is the instructors' tooling)
+except ImportError:  # plain nbgrader without the course package: nbgrader's defaults
+    pass
+else:
+    c.Autograde.autograde_preprocessors = [
+        "course.sandbox.SandboxedExecute",
+        "nbgrader.preprocessors.IgnorePattern",
+        "nbconvert.preprocessors.ClearMetadataPreprocessor",
+        "nbgrader.preprocessors.LimitOutput",
+        "course.integrity.ScoreOnlyTests",
+        "nbgrader.preprocessors.SaveAutoGrades",
+        "nbgrader.preprocessors.AssignLatePenalties",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+
+# LMS downloads (`nbgrader zip_collect`): Canvas names files
+# "<login>_[late_]<user id>_<submission id>_<file name>"; renamed copies ("Copy of X.ipynb",
+# "X (1).ipynb", "X-1.ipynb") map back to the assignment's notebook (course/collect.py).
+c.ZipCollectApp.collector_plugin = "course.collect.CourseFileNameCollector"
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/_]+)_(?:late_)?\d+_\d+_(?P<file_id>[^/]+)$"

@@ -31,7 +31,15 @@ def grade_command(args) -> int:
         raise SystemExit(f"no submissions in {submitted}/*/{args.assignment}/ "
                          "(collect them first: `nbgrader collect` or `nbgrader zip_collect`)")
     ws = grading.Workspace.__new__(grading.Workspace)
-    ws.root, ws.repo = course_dir, course_dir
+    ws.root, ws.repo, ws.rejected = course_dir, course_dir, {}
+    from .sandbox import mode
+    print(f"kernel isolation: {mode()}")
+    for student in students:
+        for note in ws.prepare(student, args.assignment):
+            print(f"  {student}: {note}")
+        if student in ws.rejected:
+            print(f"  {student}: NOT GRADED: {ws.rejected[student]}")
+    students = [s for s in students if s not in ws.rejected]
     if not _in_gradebook(ws, args.assignment):
         nbgrader(["generate_assignment", args.assignment, "--force"], course_dir)
     print(f"grading {len(students)} submissions of {args.assignment} ...")
@@ -39,7 +47,7 @@ def grade_command(args) -> int:
         proc, seconds = grading.timed(ws.autograde, args.assignment, student)
         status = "ok" if proc.returncode == 0 else f"nbgrader exit {proc.returncode}"
         print(f"  [{i}/{len(students)}] {student}: {seconds:.1f} s ({status})")
-    results = ws.results(args.assignment, students)
+    results = ws.results(args.assignment, students + sorted(ws.rejected))
     order = [gid for gid, _, _ in grading.grade_cells(args.assignment, course_dir)]
     print(report.score_table(list(results.values()), order))
     csv_path = Path(args.csv) if args.csv else course_dir / f"grades-{args.assignment}.csv"

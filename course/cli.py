@@ -27,6 +27,14 @@ def _demo(args):
     return demo(assignment=args.assignment, out=Path(args.out) if args.out else None)
 
 
+def _bench(args):
+    import runpy
+    from .paths import repo_root
+    import sys as _sys
+    _sys.argv = ["bench.py", *args.rest]
+    runpy.run_path(str(repo_root() / "benchmarks" / "bench.py"), run_name="__main__")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="course", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -51,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--assignment", default="01_attention")
     d.add_argument("--out", default=None, help="folder for the CSV and PNG (default: ./demo-output)")
     d.set_defaults(func=_demo)
+
+    be = sub.add_parser("bench", help="benchmarks: reference vs PyTorch ratios, grading seconds")
+    be.add_argument("rest", nargs=argparse.REMAINDER, help="--quick, --no-grading, --device cuda")
+    be.set_defaults(func=_bench)
 
     args = p.parse_args(argv)
     return int(args.func(args) or 0)

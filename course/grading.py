@@ -50,11 +50,14 @@ class StudentResult:
 class Workspace:
     """An nbgrader course folder with the course's config and source notebooks."""
 
-    def __init__(self, root: Path, repo: Path | None = None, assignments: list[str] | None = None):
+    def __init__(self, root: Path, repo: Path | None = None, assignments: list[str] | None = None,
+                 extra_config: str = ""):
         self.root = Path(root)
         self.repo = repo or repo_root()
         self.root.mkdir(parents=True, exist_ok=True)
-        shutil.copy(self.repo / "nbgrader_config.py", self.root / "nbgrader_config.py")
+        self.rejected: dict[str, str] = {}     # student -> why the submission cannot be graded
+        config = (self.repo / "nbgrader_config.py").read_text()
+        (self.root / "nbgrader_config.py").write_text(config + "\n" + extra_config)
         for a in assignments or []:
             dest = self.root / "source" / a
             if dest.exists():
@@ -71,17 +74,38 @@ class Workspace:
         nbgrader(["generate_assignment", assignment, "--force"], self.root)
         return self.root / "release" / assignment / f"{assignment}.ipynb"
 
-    def submit(self, student: str, assignment: str, nb: nbformat.NotebookNode | Path) -> Path:
-        """Place a notebook where nbgrader's `collect` would: submitted/<student>/<assignment>/."""
+    def submit(self, student: str, assignment: str, nb, filename: str | None = None) -> Path:
+        """Place a notebook where nbgrader's `collect` would: submitted/<student>/<assignment>/.
+
+        ``nb`` is a notebook, a path, or raw text (for broken files); ``filename`` the name the
+        student gave it. The submission is then normalised (see course.collect).
+        """
         dest = self.root / "submitted" / student / assignment
         dest.mkdir(parents=True, exist_ok=True)
-        target = dest / f"{assignment}.ipynb"
-        if isinstance(nb, (str, Path)):
+        target = dest / (filename or f"{assignment}.ipynb")
+        if isinstance(nb, Path):
             shutil.copy(nb, target)
+        elif isinstance(nb, str):
+            target.write_text(nb)
         else:
             nbformat.write(nb, str(target))
         (dest / "timestamp.txt").write_text("2026-01-01 00:00:00.000000 UTC")
+        self.prepare(student, assignment)
         return target
+
+    def prepare(self, student: str, assignment: str) -> list[str]:
+        """Normalise one collected submission; a hopeless one is moved aside with its reason."""
+        from .collect import SubmissionError, normalize_submission
+        folder = self.root / "submitted" / student / assignment
+        try:
+            return normalize_submission(folder, assignment)
+        except SubmissionError as e:
+            self.rejected[student] = str(e)
+            aside = self.root / "rejected" / student
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(aside, ignore_errors=True)
+            shutil.move(str(folder), str(aside))
+            return []
 
     def autograde(self, assignment: str, student: str | None = None, timeout: float | None = None):
         """nbgrader autograde; one student's failure is logged by nbgrader, never fatal here."""
@@ -100,14 +124,25 @@ class Workspace:
         manual = self._manual_cells(assignment)
         submitted = self.root / "submitted"
         names = students or sorted(p.name for p in submitted.iterdir() if (p / assignment).exists())
+        names = list(dict.fromkeys(list(names) + [s for s in self.rejected if not students]))
         out: dict[str, StudentResult] = {}
         with Gradebook(self.db_url) as gb:
             for student in names:
                 res = StudentResult(student, assignment)
+                if student in self.rejected:
+                    res.error = f"not graded: {self.rejected[student]}"
+                    out[student] = res
+                    continue
                 try:
                     nb = gb.find_submission_notebook(assignment, assignment, student)
                 except MissingEntry:
                     res.error = "not graded: nbgrader could not process this submission (see its log)"
+                    out[student] = res
+                    continue
+                graded_nb = self.root / "autograded" / student / assignment / f"{assignment}.ipynb"
+                if not graded_nb.exists():
+                    res.error = ("not graded: nbgrader failed while executing this submission "
+                                 "(see the autograde log)")
                     out[student] = res
                     continue
                 for g in nb.grades:
@@ -167,7 +202,8 @@ class ClassRun:
 
 
 def grade_class(assignment: str, submissions: dict, workdir: Path, repo: Path | None = None,
-                timeout: float | None = None, workers: int = 1) -> ClassRun:
+                timeout: float | None = None, workers: int = 1, extra_config: str = "",
+                filenames: dict | None = None) -> ClassRun:
     """Grade ``{student: notebook or path}`` for one assignment in fresh course folders.
 
     With ``workers > 1`` the class is split round-robin into that many course folders, each
@@ -182,10 +218,10 @@ def grade_class(assignment: str, submissions: dict, workdir: Path, repo: Path | 
 
     def run_group(i: int):
         root = Path(workdir) if workers == 1 else Path(workdir) / f"worker{i}"
-        ws = Workspace(root, repo, [assignment])
+        ws = Workspace(root, repo, [assignment], extra_config)
         ws.generate(assignment)
         for student in groups[i]:
-            ws.submit(student, assignment, submissions[student])
+            ws.submit(student, assignment, submissions[student], (filenames or {}).get(student))
         proc = ws.autograde(assignment, timeout=timeout)
         return ws, ws.results(assignment, groups[i]), proc.stdout + proc.stderr
 

@@ -7,7 +7,7 @@ through `python -m course.sandbox`, which
 * sets resource limits (address space, CPU seconds, file size, no core dumps), so a memory hog
   or a runaway loop ends its own kernel, not the grading machine or the class;
 * on Linux with bubblewrap (`apt-get install bubblewrap`), runs the kernel in new network, IPC
-  and PID namespaces (no network at all) with a private /tmp, a read-only file system, and the
+  namespaces (no network at all) with a private /tmp, a read-only file system, and the
   course's `source/`, `submitted/`, `autograded/` (except the submission's own folder),
   `release/`, `feedback/` and gradebook hidden, so a submission cannot read hidden tests or
   other students' work, or write grades.
@@ -32,7 +32,7 @@ from nbgrader.preprocessors import Execute
 MEMORY_BYTES = int(float(os.environ.get("COURSE_KERNEL_MEMORY_GB", "6")) * 1024 ** 3)
 CPU_SECONDS = int(os.environ.get("COURSE_KERNEL_CPU_SECONDS", "900"))
 FILE_BYTES = 256 * 1024 ** 2
-HIDDEN = ["source", "submitted", "autograded", "feedback", "release", "downloaded"]
+HIDDEN = ["source", "submitted", "autograded", "feedback", "release", "downloaded", "rejected"]
 
 
 def bwrap_works() -> bool:
@@ -54,7 +54,7 @@ def course_root_of(own_dir: Path) -> Path:
 
 def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
     course_root = course_root_of(own_dir)
-    args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-pid",
+    args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     roots = [course_root] + ([Path(os.environ["COURSE_ROOT"])] if os.environ.get("COURSE_ROOT") else [])
     for root in roots:
@@ -63,8 +63,12 @@ def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
                 args += ["--tmpfs", str(root / name)]
         for db in root.glob("gradebook.db*"):
             args += ["--ro-bind", "/dev/null", str(db)]
+    # The kernel reads its connection file (`-f PATH`, often under /tmp): bind it read-only.
+    for flag, value in zip(cmd, cmd[1:]):
+        if flag == "-f" and Path(value).exists():
+            args += ["--ro-bind", value, value]
     args += ["--bind", str(own_dir), str(own_dir), "--bind", str(ipc_dir), str(ipc_dir),
-             "--chdir", str(own_dir), "--setenv", "MPLCONFIGDIR", "/tmp", "--"]
+             "--chdir", str(own_dir), "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython", "--"]
     return args + cmd
 
 
@@ -96,6 +100,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         kwargs.setdefault("ip", str(self._ipc_dir / "k"))
         super().__init__(**kwargs)
 
+    @property
+    def kernel_spec(self):
+        # Interrupt over the control channel: a SIGINT to the process group would also reach
+        # bubblewrap, whose death takes the kernel with it (--die-with-parent).
+        spec = super().kernel_spec
+        if spec is not None:
+            spec.interrupt_mode = "message"
+        return spec
+
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         own_dir = Path(kw.get("cwd") or os.getcwd()).resolve()
         wrapped = [sys.executable, "-m", "course.sandbox", str(own_dir), str(self._ipc_dir), "--",
@@ -109,11 +122,56 @@ class SandboxedKernelManager(AsyncKernelManager):
 
 
 class SandboxedExecute(Execute):
-    """nbgrader's Execute preprocessor, with the sandboxed kernel (see the module docstring)."""
+    """nbgrader's Execute preprocessor, with the sandboxed kernel (see the module docstring).
+
+    When submitted code kills its kernel (``os._exit``, a segfault, the memory limit), nbgrader
+    would drop the whole submission. Here the cell gets an error output, the kernel is
+    restarted, and execution goes on: cells that passed before keep their points, later cells
+    run in a fresh kernel (and fail if they need what was lost), and the class continues.
+    """
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(*args, **kwargs)
+
+    def preprocess_cell(self, cell, resources, index):
+        from nbclient.exceptions import DeadKernelError
+        from nbformat.v4 import new_output
+        try:
+            return super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            self.log.warning("kernel died in cell %s; restarting it and going on", index)
+            cell.outputs.append(new_output(
+                "error", ename="KernelDied",
+                evalue="the kernel died while running this cell (os._exit, a crash, or the memory "
+                       "limit); it was restarted, so later cells start from scratch",
+                traceback=["KernelDied: the kernel died while running this cell"]))
+            self._restart_kernel()
+            self._replay_read_only_cells(before=index)
+            return cell, self.resources
+
+    def _replay_read_only_cells(self, before: int):
+        """Re-run the read-only cells (setup, check helpers, given code) above the crash, so
+        later honest work that needs only them can still be graded."""
+        import copy
+        from . import cells as C
+        for i, cell in enumerate(self.nb.cells[:before]):
+            if cell.cell_type == "code" and C.is_locked(cell) and not C.is_autograded_test(cell):
+                try:
+                    self.execute_cell(copy.deepcopy(cell), i, store_history=False)
+                except Exception as e:  # a replay failure only costs the cells that need it
+                    self.log.warning("replaying read-only cell %s failed: %s", i, e)
+
+    def _restart_kernel(self):
+        from jupyter_core.utils import run_sync
+        try:
+            self.kc.stop_channels()
+        except Exception:  # the old channels may already be gone
+            pass
+        run_sync(self.km.restart_kernel)(now=True)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ WRONG = [
     Wrong("decoder_chains_enc_out", "each decoder layer reads the previous layer's output instead of enc_out",
           edits={"TransformerDecoder": Sub("x = layer(x, enc_out, tgt_mask, src_mask)",
                                            "x, enc_out = layer(x, enc_out, tgt_mask, src_mask), x")},
-          loses=DECODER),
+          loses=DECODER + MODEL),
     # ---- Transformer
     Wrong("model_no_tgt_mask", "decoder without target mask: forward passes no causal mask to the decoder",
           edits={"Transformer": Sub("self.decoder(trg, enc_out, self.make_trg_mask(trg), src_mask)",

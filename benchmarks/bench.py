@@ -1,0 +1,176 @@
+"""Benchmarks of the course (issue: reference speed against PyTorch, grading time).
+
+Every ratio is measured side by side in one run (reference and PyTorch interleaved, median of
+repeats), because these machines are noisy. Run: `course bench` (or `python benchmarks/bench.py`).
+Options: --quick (smaller shapes), --no-grading (skip the autograde timings), --device cuda.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from course import bank, grading
+from course.paths import assignments, repo_root
+from course.reference import load
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of tensors autograd saves for backward while running fn (activation memory)."""
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+def timeit(fn, device, repeats):
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def side_by_side(ref_fn, torch_fn, device, repeats):
+    ref_fn(), torch_fn()                      # warm-up
+    ref_t, torch_t = [], []
+    for _ in range(repeats):                  # interleave so drift hits both equally
+        ref_t += timeit(ref_fn, device, 1)
+        torch_t += timeit(torch_fn, device, 1)
+    return statistics.median(ref_t), statistics.median(torch_t)
+
+
+def copy_mha(src, dst):
+    with torch.no_grad():
+        dst.in_proj_weight.copy_(torch.cat([src.query_matrix.weight, src.key_matrix.weight, src.value_matrix.weight]))
+        dst.in_proj_bias.copy_(torch.cat([src.query_matrix.bias, src.key_matrix.bias, src.value_matrix.bias]))
+        dst.out_proj.weight.copy_(src.out.weight)
+        dst.out_proj.bias.copy_(src.out.bias)
+
+
+def module_rows(ns, device, lengths, batch, embed_dim, heads, repeats):
+    rows = []
+    for T in lengths:
+        x = torch.randn(batch, T, embed_dim, device=device, requires_grad=True)
+        ref = ns["MultiHeadAttention"](embed_dim, heads).to(device)
+        pt = nn.MultiheadAttention(embed_dim, heads, batch_first=True).to(device)
+        copy_mha(ref, pt)
+        f_ref = lambda: ref(x, x, x).sum().backward()
+        f_pt = lambda: pt(x, x, x, need_weights=True, average_attn_weights=False)[0].sum().backward()
+        r, p = side_by_side(f_ref, f_pt, device, repeats)
+        m_ref = saved_bytes(lambda: ref(x, x, x))
+        m_pt = saved_bytes(lambda: pt(x, x, x, need_weights=True, average_attn_weights=False))
+        rows.append(("MultiHeadAttention fwd+bwd", "nn.MultiheadAttention", T, r, p, m_ref, m_pt))
+
+        blk = ns["TransformerBlock"](embed_dim, 4, heads, 0.0).to(device)
+        layer = nn.TransformerEncoderLayer(embed_dim, heads, 4 * embed_dim, 0.0, batch_first=True).to(device)
+        f_ref = lambda: blk(x, x, x).sum().backward()
+        f_pt = lambda: layer(x).sum().backward()
+        r, p = side_by_side(f_ref, f_pt, device, repeats)
+        rows.append(("TransformerBlock fwd+bwd", "nn.TransformerEncoderLayer", T, r, p,
+                     saved_bytes(lambda: blk(x, x, x)), saved_bytes(lambda: layer(x))))
+
+        vocab = 1000
+        src = torch.randint(0, vocab, (batch, T), device=device)
+        tgt = torch.randint(0, vocab, (batch, T + 1), device=device)
+        model = ns["Transformer"](embed_dim, vocab, vocab, T + 1, 2, 4, heads, 0.0).to(device)
+        emb_s, emb_t = nn.Embedding(vocab, embed_dim).to(device), nn.Embedding(vocab, embed_dim).to(device)
+        core = nn.Transformer(embed_dim, heads, 2, 2, 4 * embed_dim, 0.0, batch_first=True).to(device)
+        head = nn.Linear(embed_dim, vocab).to(device)
+        pt_params = [*emb_s.parameters(), *emb_t.parameters(), *core.parameters(), *head.parameters()]
+        opt_ref = torch.optim.Adam(model.parameters(), lr=1e-4)
+        opt_pt = torch.optim.Adam(pt_params, lr=1e-4)
+        loss_fn = nn.CrossEntropyLoss()
+        mask = nn.Transformer.generate_square_subsequent_mask(T, device=device)
+
+        def step_ref():
+            opt_ref.zero_grad()
+            logits = model(src, tgt[:, :-1])
+            loss_fn(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1)).backward()
+            opt_ref.step()
+
+        def step_pt():
+            opt_pt.zero_grad()
+            h = core(emb_s(src), emb_t(tgt[:, :-1]), tgt_mask=mask)
+            loss_fn(head(h).reshape(-1, vocab), tgt[:, 1:].reshape(-1)).backward()
+            opt_pt.step()
+
+        r, p = side_by_side(step_ref, step_pt, device, max(2, repeats // 2))
+        rows.append(("encoder-decoder train step", "nn.Transformer (same size)", T, r, p,
+                     saved_bytes(lambda: model(src, tgt[:, :-1])),
+                     saved_bytes(lambda: head(core(emb_s(src), emb_t(tgt[:, :-1]), tgt_mask=mask)))))
+    return rows
+
+
+def floor_seconds() -> float:
+    """Kernel start plus the notebooks' imports: the least any autograde can take."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import torch, numpy, matplotlib.pyplot, seaborn, transformers")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    t = time.perf_counter()
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    return time.perf_counter() - t
+
+
+def grading_rows():
+    root = repo_root()
+    rows = []
+    for a in assignments(root):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = grading.grade_class(a, {"reference": bank.reference_submission(a, root)}, Path(tmp), root)
+            res = run.results["reference"]
+            ok = res.error is None and all(c.full for c in res.auto_cells.values())
+            rows.append((a, run.seconds, ok))
+    return rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--no-grading", action="store_true")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    torch.manual_seed(0)
+    ns = load()
+    lengths = [64, 256] if args.quick else [64, 256, 1024]
+    name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"device: {name}; torch {torch.__version__}; batch 4, embed_dim 256, 8 heads")
+    print(f"{'comparison':<28}{'PyTorch baseline':<28}{'T':>6}{'ref ms':>10}{'torch ms':>10}{'ratio':>8}"
+          f"{'ref act MB':>12}{'torch act MB':>14}")
+    for label, base, T, r, pt, mr, mp in module_rows(ns, device, lengths, 4, 256, 8, 5 if args.quick else 7):
+        flag = "" if r / pt <= 1.3 else "  > 1.3x target"
+        print(f"{label:<28}{base:<28}{T:>6}{r * 1e3:>10.1f}{pt * 1e3:>10.1f}{r / pt:>8.2f}"
+              f"{mr / 2**20:>12.1f}{mp / 2**20:>14.1f}{flag}")
+    if args.no_grading:
+        return 0
+    floor = floor_seconds()
+    print(f"\nfloor (kernel start + imports of torch, numpy, matplotlib, seaborn, transformers): {floor:.1f} s")
+    total = 0.0
+    for a, seconds, ok in grading_rows():
+        total += seconds
+        print(f"autograde {a:<28}{seconds:>7.1f} s  ({seconds / floor:.1f}x floor){'' if ok else '  NOT FULL MARKS'}")
+    print(f"autograde one whole student (5 notebooks): {total:.1f} s (target < 60 s on 2 cores)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

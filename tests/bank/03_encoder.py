@@ -1,0 +1,225 @@
+"""Bank of submissions for 03_encoder (gate 4): common student bugs and correct alternatives.
+
+The BERT model of the capstone is built from the student's TransformerBlock, so block bugs that
+change BERT's output also lose the visible BERT check (the hidden BERT check grades the loader
+with a reference block). The residual-with-value bug cannot be seen in self-attention, so BERT
+keeps its points there.
+"""
+from course.bank import Alternative, Replace, Sub, Wrong
+
+BLOCK = ["test_transformer_block_visible", "test_transformer_block_hidden"]
+ENCODER = ["test_transformer_encoder_visible", "test_transformer_encoder_hidden"]
+BERT = ["test_load_bert_weights_visible", "test_load_bert_weights_hidden"]
+BERT_VISIBLE = ["test_load_bert_weights_visible"]
+
+POST_LN = ("        x = self.norm1(query + self.dropout1(self.attention(query, key, value, mask)))\n"
+           "        return self.norm2(x + self.dropout2(self.feed_forward(x)))")
+PRE_LN = ("        x = query + self.dropout1(self.attention(self.norm1(query), self.norm1(key), self.norm1(value), mask))\n"
+          "        return x + self.dropout2(self.feed_forward(self.norm2(x)))")
+
+WRONG = [
+    Wrong("no_residual", "the attention sublayer has no residual: norm1(dropout1(attention(...)))",
+          {"transformer_block": Sub("self.norm1(query + self.dropout1(", "self.norm1(self.dropout1(")},
+          BLOCK + BERT_VISIBLE),
+    Wrong("no_ffn_residual", "the feed-forward sublayer has no residual: norm2(dropout2(feed_forward(x)))",
+          {"transformer_block": Sub("self.norm2(x + self.dropout2(", "self.norm2(self.dropout2(")},
+          BLOCK + BERT_VISIBLE),
+    Wrong("pre_ln", "pre-LN block (x + F(LN(x))) instead of the paper's post-LN",
+          {"transformer_block": Sub(POST_LN, PRE_LN)}, BLOCK + BERT_VISIBLE),
+    Wrong("residual_with_value", "the seed lecture's residual: value + attention instead of query + attention",
+          {"transformer_block": Sub("self.norm1(query +", "self.norm1(value +")}, BLOCK),
+    Wrong("ffn_ignores_activation", "the feed-forward network hard-codes nn.ReLU() instead of activation()",
+          {"transformer_block": Sub("            activation(),\n", "            nn.ReLU(),\n")},
+          BLOCK + BERT_VISIBLE),
+    Wrong("mask_not_passed", "the block never passes mask to the attention",
+          {"transformer_block": Sub("self.attention(query, key, value, mask)", "self.attention(query, key, value)")},
+          BLOCK + BERT_VISIBLE),
+    Wrong("shared_layers", "the encoder's layers are one block repeated: [block] * num_layers",
+          {"transformer_encoder": Sub(
+              "nn.ModuleList(\n            [TransformerBlock(embed_dim, expansion_factor, n_heads, dropout) "
+              "for _ in range(num_layers)]\n        )",
+              "nn.ModuleList([TransformerBlock(embed_dim, expansion_factor, n_heads, dropout)] * num_layers)")},
+          ["test_transformer_encoder_hidden"]),
+    Wrong("no_positional_encoding", "the encoder skips the positional encoder",
+          {"transformer_encoder": Sub("out = self.positional_encoder(self.embedding_layer(x))",
+                                      "out = self.embedding_layer(x)")}, ENCODER),
+    Wrong("encoder_mask_not_passed", "the encoder does not pass the mask to its layers",
+          {"transformer_encoder": Sub("out = layer(out, out, out, mask)", "out = layer(out, out, out)")},
+          ["test_transformer_encoder_hidden"]),
+    Wrong("layers_not_chained", "every layer reads the embeddings instead of the previous layer's output",
+          {"transformer_encoder": [Sub("out = self.positional_encoder(self.embedding_layer(x))",
+                                       "x0 = self.positional_encoder(self.embedding_layer(x))"),
+                                   Sub("out = layer(out, out, out, mask)", "out = layer(x0, x0, x0, mask)")]},
+          ENCODER),
+    Wrong("bert_no_token_type", "the loader forgets the token-type embeddings",
+          {"load_bert_weights": Sub("        copy_module(model.token_type_embeddings, emb.token_type_embeddings)\n", "")},
+          BERT),
+    Wrong("bert_no_embedding_norm", "the loader forgets the embedding LayerNorm",
+          {"load_bert_weights": Sub("        copy_module(model.embedding_norm, emb.LayerNorm)\n", "")}, BERT),
+    Wrong("bert_swapped_norms", "the loader swaps the two LayerNorms of each block",
+          {"load_bert_weights": [
+              Sub("copy_module(block.norm1, layer.attention.output.LayerNorm)", "copy_module(block.norm1, layer.output.LayerNorm)"),
+              Sub("copy_module(block.norm2, layer.output.LayerNorm)", "copy_module(block.norm2, layer.attention.output.LayerNorm)")]},
+          BERT),
+    Wrong("bert_reversed_copy", "the loader copies in the wrong direction (from model into hf_bert)",
+          {"load_bert_weights": Sub("ours.load_state_dict(theirs.state_dict())", "theirs.load_state_dict(ours.state_dict())")},
+          BERT),
+    Wrong("bert_no_biases", "the loader copies weights but not biases",
+          {"load_bert_weights": Sub("ours.load_state_dict(theirs.state_dict())",
+                                    "ours.weight.copy_(theirs.weight)")}, BERT),
+    Wrong("wrong_answers", "all multiple-choice answers wrong",
+          {"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "a"'),
+           "answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
+           "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "b"')},
+          ["test_q1", "test_q2", "test_q3"]),
+]
+
+BLOCK_STEPWISE = '''
+class TransformerBlock(nn.Module):
+    def __init__(self, embed_dim, expansion_factor=4, n_heads=8, dropout=0.2, activation=nn.ReLU):
+        super().__init__()
+        hidden = expansion_factor * embed_dim
+        layers = [nn.Linear(embed_dim, hidden), activation(), nn.Linear(hidden, embed_dim)]
+        self.attention = MultiHeadAttention(embed_dim=embed_dim, n_heads=n_heads, dropout=dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(embed_dim), nn.LayerNorm(embed_dim)
+        self.feed_forward = nn.Sequential(*layers)
+        self.dropout1, self.dropout2 = nn.Dropout(p=dropout), nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        attended = self.attention(query=query, key=key, value=value, mask=mask)
+        residual = query + self.dropout1(attended)
+        x = self.norm1(residual)
+        ff_out = self.feed_forward(x)
+        ff_out = self.dropout2(ff_out)
+        out = self.norm2(ff_out + x)
+        return out
+'''
+
+BLOCK_ADDNORM = '''
+class TransformerBlock(nn.Module):
+    def __init__(self, embed_dim, expansion_factor=4, n_heads=8, dropout=0.2, activation=nn.ReLU):
+        super(TransformerBlock, self).__init__()
+        self.attention = MultiHeadAttention(embed_dim, n_heads, dropout)
+        self.norm1 = nn.LayerNorm(embed_dim)
+        self.norm2 = nn.LayerNorm(embed_dim)
+        self.feed_forward = nn.Sequential()
+        self.feed_forward.append(nn.Linear(embed_dim, embed_dim * expansion_factor))
+        self.feed_forward.append(activation())
+        self.feed_forward.append(nn.Linear(embed_dim * expansion_factor, embed_dim))
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def _add_norm(self, x, y, dropout, norm):
+        # d2l's AddNorm: LayerNorm(dropout(Y) + X)
+        return norm(dropout(y) + x)
+
+    def forward(self, query, key, value, mask=None):
+        x = self._add_norm(query, self.attention(query, key, value, mask), self.dropout1, self.norm1)
+        return self._add_norm(x, self.feed_forward(x), self.dropout2, self.norm2)
+'''
+
+ENCODER_APPEND = '''
+class TransformerEncoder(nn.Module):
+    def __init__(self, seq_len, vocab_size, embed_dim, num_layers=2, expansion_factor=4, n_heads=8, dropout=0.2):
+        super().__init__()
+        self.embedding_layer = Embedding(vocab_size, embed_dim)
+        self.positional_encoder = PositionalEmbedding(seq_len, embed_dim, dropout=dropout)
+        self.layers = nn.ModuleList()
+        for _ in range(num_layers):
+            self.layers.append(TransformerBlock(embed_dim, expansion_factor=expansion_factor,
+                                                n_heads=n_heads, dropout=dropout))
+
+    def forward(self, x, mask=None):
+        hidden = self.embedding_layer(x)
+        hidden = self.positional_encoder(hidden)
+        for i in range(len(self.layers)):
+            hidden = self.layers[i](hidden, hidden, hidden, mask=mask)
+        return hidden
+'''
+
+LOADER_PAIRS = '''
+def load_bert_weights(model, hf_bert):
+    emb = hf_bert.embeddings
+    pairs = [(model.word_embeddings, emb.word_embeddings),
+             (model.position_embeddings, emb.position_embeddings),
+             (model.token_type_embeddings, emb.token_type_embeddings),
+             (model.embedding_norm, emb.LayerNorm)]
+    for block, layer in zip(model.layers, hf_bert.encoder.layer):
+        pairs += [(block.attention.query_matrix, layer.attention.self.query),
+                  (block.attention.key_matrix, layer.attention.self.key),
+                  (block.attention.value_matrix, layer.attention.self.value),
+                  (block.attention.out, layer.attention.output.dense),
+                  (block.norm1, layer.attention.output.LayerNorm),
+                  (block.feed_forward[0], layer.intermediate.dense),
+                  (block.feed_forward[2], layer.output.dense),
+                  (block.norm2, layer.output.LayerNorm)]
+    with torch.no_grad():
+        for ours, theirs in pairs:
+            ours.weight.copy_(theirs.weight)
+            if getattr(ours, "bias", None) is not None:
+                ours.bias.copy_(theirs.bias)
+    return model
+'''
+
+LOADER_STATE_DICT = '''
+def load_bert_weights(model, hf_bert):
+    sd = hf_bert.state_dict()
+    new = {
+        "word_embeddings.weight": sd["embeddings.word_embeddings.weight"],
+        "position_embeddings.weight": sd["embeddings.position_embeddings.weight"],
+        "token_type_embeddings.weight": sd["embeddings.token_type_embeddings.weight"],
+        "embedding_norm.weight": sd["embeddings.LayerNorm.weight"],
+        "embedding_norm.bias": sd["embeddings.LayerNorm.bias"],
+    }
+    names = {"attention.query_matrix": "attention.self.query", "attention.key_matrix": "attention.self.key",
+             "attention.value_matrix": "attention.self.value", "attention.out": "attention.output.dense",
+             "norm1": "attention.output.LayerNorm", "feed_forward.0": "intermediate.dense",
+             "feed_forward.2": "output.dense", "norm2": "output.LayerNorm"}
+    for i in range(len(model.layers)):
+        for ours, theirs in names.items():
+            for p in ("weight", "bias"):
+                new[f"layers.{i}.{ours}.{p}"] = sd[f"encoder.layer.{i}.{theirs}.{p}"]
+    model.load_state_dict(new, strict=True)
+    return model
+'''
+
+LOADER_DATA = '''
+def load_bert_weights(model, hf_bert):
+    def take(dst, src):
+        for name, p in dst.named_parameters():
+            p.data = dict(src.named_parameters())[name].data.clone()
+
+    e = hf_bert.embeddings
+    take(model.word_embeddings, e.word_embeddings)
+    take(model.position_embeddings, e.position_embeddings)
+    take(model.token_type_embeddings, e.token_type_embeddings)
+    take(model.embedding_norm, e.LayerNorm)
+    for i, layer in enumerate(hf_bert.encoder.layer):
+        block = model.layers[i]
+        take(block.attention.query_matrix, layer.attention.self.query)
+        take(block.attention.key_matrix, layer.attention.self.key)
+        take(block.attention.value_matrix, layer.attention.self.value)
+        take(block.attention.out, layer.attention.output.dense)
+        take(block.norm1, layer.attention.output.LayerNorm)
+        take(block.feed_forward[0], layer.intermediate.dense)
+        take(block.feed_forward[2], layer.output.dense)
+        take(block.norm2, layer.output.LayerNorm)
+'''
+
+ALTERNATIVES = [
+    Alternative("block_stepwise", "block with named intermediate steps, keyword arguments, nn.Sequential(*list)",
+                {"transformer_block": Replace(BLOCK_STEPWISE)}),
+    Alternative("block_addnorm_helper", "block with a d2l-style AddNorm helper and Sequential.append",
+                {"transformer_block": Replace(BLOCK_ADDNORM)}),
+    Alternative("encoder_append_loop", "encoder built with ModuleList.append and an index loop",
+                {"transformer_encoder": Replace(ENCODER_APPEND)}),
+    Alternative("loader_weight_bias_pairs", "loader copying .weight and .bias over a list of module pairs",
+                {"load_bert_weights": Replace(LOADER_PAIRS)}),
+    Alternative("loader_state_dict", "loader building a renamed state dict and load_state_dict(strict=True)",
+                {"load_bert_weights": Replace(LOADER_STATE_DICT)}),
+    Alternative("loader_param_data_no_return", "loader assigning .data clones, returning nothing",
+                {"load_bert_weights": Replace(LOADER_DATA)}),
+    Alternative("answers_upper_case", "multiple-choice answers in capitals with spaces",
+                {"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = " B "'),
+                 "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "A"')}),
+]
