@@ -36,13 +36,37 @@ def given_text(assignment: str, root: Path) -> str:
     return "\n".join(parts).rstrip("\n")
 
 
+def colab_url(assignment: str, root: Path) -> str:
+    """The Colab address of a release notebook, from [tool.course] in pyproject.toml."""
+    import tomllib
+    conf = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("course", {})
+    repo = conf.get("repository", "").rstrip("/").removeprefix("https://github.com/")
+    branch = conf.get("branch", "main")
+    return (f"https://colab.research.google.com/github/{repo}/blob/{branch}/"
+            f"release/{assignment}/{assignment}.ipynb")
+
+
+def badge_text(assignment: str, root: Path) -> str:
+    return (f"[Open this notebook in Google Colab]({colab_url(assignment, root)}) "
+            "(then *Runtime → Change runtime type → GPU*)")
+
+
 def sync_given(root: Path, write: bool = True, only: list[str] | None = None) -> list[str]:
-    """Regenerate every ``given`` cell; return the assignments whose given code was stale."""
+    """Regenerate every ``given`` cell and the Colab link cell; return the stale assignments."""
     stale = []
     for assignment in only or assignments(root):
         path = source_notebook(assignment, root)
         nb = C.read(path)
         changed = False
+        badge = badge_text(assignment, root)
+        if not nb.cells or "colab" not in C.tags(nb.cells[0]):
+            cell = C.markdown(badge)
+            cell.metadata["tags"] = ["colab"]
+            cell["id"] = "colab-link"
+            nb.cells.insert(0, cell)
+            changed = True
+        elif nb.cells[0].source != badge:
+            nb.cells[0].source, changed = badge, True
         for cell in nb.cells:
             if C.is_given(cell):
                 text = given_text(assignment, root)
@@ -53,6 +77,28 @@ def sync_given(root: Path, write: bool = True, only: list[str] | None = None) ->
             if write:
                 C.write(nb, path)
     return stale
+
+
+README_START, README_END = "<!-- colab-links:start -->", "<!-- colab-links:end -->"
+
+
+def readme_links(root: Path) -> str:
+    rows = [f"| `{a}` | [open in Colab]({colab_url(a, root)}) |" for a in assignments(root)]
+    return "\n".join([README_START, "| notebook | Colab |", "|---|---|", *rows, README_END])
+
+
+def sync_readme(root: Path, write: bool = True) -> bool:
+    """Regenerate the README's Colab links from the configured repository; True if stale."""
+    path = root / "README.md"
+    text = path.read_text()
+    if README_START not in text:
+        return False
+    head, rest = text.split(README_START, 1)
+    tail = rest.split(README_END, 1)[1]
+    new = head + readme_links(root) + tail
+    if new != text and write:
+        path.write_text(new)
+    return new != text
 
 
 def generate_release(assignment: str, root: Path, dest: Path) -> Path:
@@ -75,6 +121,7 @@ def build(root: Path | None = None, only: list[str] | None = None) -> list[str]:
     """Sync given code and regenerate release/; return the assignments whose release changed."""
     root = root or repo_root()
     sync_given(root, write=True, only=only)
+    sync_readme(root, write=True)
     changed = []
     for assignment in only or assignments(root):
         target = release_notebook(assignment, root)
@@ -94,7 +141,10 @@ def release_drift(root: Path | None = None) -> dict[str, str]:
     problems = {}
     stale = sync_given(root, write=False)
     for a in stale:
-        problems[a] = "given code is stale: the earlier notebooks' saved cells changed (run `course build`)"
+        problems[a] = ("given code or Colab link is stale: the earlier notebooks' saved cells or "
+                       "[tool.course] changed (run `course build`)")
+    if sync_readme(root, write=False):
+        problems["README.md"] = "the README's Colab links are stale (run `course build`)"
     for assignment in assignments(root):
         with tempfile.TemporaryDirectory() as tmp:
             fresh = generate_release(assignment, root, Path(tmp) / assignment)

@@ -51,7 +51,34 @@ def _upgrade(nb) -> bool:
     return changed
 
 
-def normalize_submission(folder: Path, assignment: str) -> list[str]:
+def repair_grade_ids(nb, release) -> list[str]:
+    """Undo grade-id tampering so nbgrader can restore every cell from its gradebook.
+
+    A cell whose grade id the assignment does not have, or a second cell claiming an id, loses
+    its nbgrader metadata (it becomes an ordinary cell); the occurrence whose text matches the
+    release keeps the id. nbgrader then restores the genuine cells (add_missing_cells).
+    """
+    known = {c.metadata["nbgrader"]["grade_id"]: c.source for c in release.cells
+             if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+    claims: dict[str, list] = {}
+    for cell in nb.cells:
+        gid = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+        if gid:
+            claims.setdefault(gid, []).append(cell)
+    notes = []
+    for gid, cells in claims.items():
+        if gid not in known:
+            keep = None
+        else:
+            keep = next((c for c in cells if c.source == known[gid]), cells[0])
+        for cell in cells:
+            if cell is not keep:
+                del cell.metadata["nbgrader"]
+                notes.append(f"removed a claim to grade id {gid!r} from a cell that is not the assignment's")
+    return notes
+
+
+def normalize_submission(folder: Path, assignment: str, release: Path | None = None) -> list[str]:
     """Fix what can be fixed in submitted/<student>/<assignment>/; return notes of what was done.
 
     Raises SubmissionError when the submission cannot be graded (no notebook, corrupted JSON,
@@ -81,9 +108,22 @@ def normalize_submission(folder: Path, assignment: str) -> list[str]:
         nb = nbformat.reads(text, as_version=4)
     except Exception as e:  # nbformat raises several kinds for malformed notebooks
         raise SubmissionError(f"{target.name} is not a readable notebook: {e}") from None
-    if _upgrade(nb):
-        nbformat.write(nb, str(target))
+    changed = _upgrade(nb)
+    if changed:
         notes.append("upgraded to nbformat 4.5 with cell ids (e.g. saved by Colab)")
+    if release is not None:
+        rel = nbformat.read(str(release), as_version=4)
+        solution_ids = {c.metadata["nbgrader"]["grade_id"] for c in rel.cells
+                        if (c.get("metadata", {}).get("nbgrader") or {}).get("solution")}
+        submitted_ids = {(c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") for c in nb.cells}
+        if solution_ids and not solution_ids & submitted_ids:
+            raise SubmissionError(f"{target.name} has none of the assignment's answer cells "
+                                  "(an empty or unrelated notebook)")
+        repaired = repair_grade_ids(nb, rel)
+        notes += repaired
+        changed = changed or bool(repaired)
+    if changed:
+        nbformat.write(nb, str(target))
     return notes
 
 

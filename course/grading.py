@@ -97,8 +97,9 @@ class Workspace:
         """Normalise one collected submission; a hopeless one is moved aside with its reason."""
         from .collect import SubmissionError, normalize_submission
         folder = self.root / "submitted" / student / assignment
+        release = self.root / "release" / assignment / f"{assignment}.ipynb"
         try:
-            return normalize_submission(folder, assignment)
+            return normalize_submission(folder, assignment, release if release.exists() else None)
         except SubmissionError as e:
             self.rejected[student] = str(e)
             aside = self.root / "rejected" / student

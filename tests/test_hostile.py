@@ -12,7 +12,7 @@ import json
 import nbformat
 import pytest
 
-from course import bank, cells as C, grading, integrity
+from course import bank, cells as C, grading, integrity, sandbox
 from course.paths import release_notebook
 from conftest import ROOT
 
@@ -98,7 +98,7 @@ try:
     db.execute("UPDATE grade SET manual_score = 99")
     db.commit()
 except Exception as e:
-    print("could not write the gradebook:", type(e).__name__)
+    print("could not write:", type(e).__name__)
 answer_q1 = found.get("q1", "a")
 answer_q2 = found.get("q2", "a")
 answer_q3 = found.get("q3", "a")
@@ -137,7 +137,8 @@ class Anything(torch.Tensor):
     "colab_saved": (colab(notebook()), None, set(), None),
     "corrupted_json": (nbformat.writes(notebook())[:5000], None, None, "not valid JSON"),
     "empty_notebook": (json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
-                       None, None, None),
+                       None, None, "none of the assignment's answer cells"),
+    "colab_round_trip": (colab(notebook()), "Copy of 01_attention.ipynb", set(), None),
     "untouched_renamed": (release_notebook(A, ROOT), "01_attention-1.ipynb", None, None),
 }
 
@@ -154,6 +155,9 @@ def hostile_run(tmp_path_factory):
 @pytest.mark.parametrize("name", list(CASES))
 def test_gate5_hostile_submission(hostile_run, name):
     _, _, zero, error = CASES[name]
+    if name == "steal_solutions" and not sandbox.bwrap_works():
+        pytest.skip("bubblewrap is not installed: file isolation of the kernel is not available "
+                    "here (apt-get install bubblewrap); the other cases still run")
     res = hostile_run.results[name]
     if error:
         assert res.error and error in res.error, f"expected a rejection naming {error!r}, got {res.error!r}"
