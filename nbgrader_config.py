@@ -59,3 +59,15 @@ else:
 # "X (1).ipynb", "X-1.ipynb") map back to the assignment's notebook (course/collect.py).
 c.ZipCollectApp.collector_plugin = "course.collect.CourseFileNameCollector"
 c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/_]+)_(?:late_)?\d+_\d+_(?P<file_id>[^/]+)$"
+
+# Feedback shows what failed and why, never the hidden tests' source (course/feedback.py).
+try:
+    import course.feedback  # noqa: F401
+except ImportError:
+    pass
+else:
+    c.GenerateFeedback.preprocessors = [
+        "nbgrader.preprocessors.GetGrades",
+        "course.feedback.HideHiddenTests",
+        "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    ]

@@ -7,11 +7,11 @@ through `python -m course.sandbox`, which
 * sets resource limits (address space, CPU seconds, file size, no core dumps), so a memory hog
   or a runaway loop ends its own kernel, not the grading machine or the class;
 * on Linux with bubblewrap (`apt-get install bubblewrap`), runs the kernel in new network, IPC
-  namespaces (no network at all) with a private /tmp, a read-only file system, and the
-  course's `source/`, `submitted/`, `autograded/`, `release/`, `feedback/` and gradebook
-  hidden; its working folder is an empty scratch folder, because the notebook nbgrader is
-  executing (in autograded/) contains the hidden tests, so a submission cannot read hidden tests or
-  other students' work, or write grades.
+  and PID namespaces (no network at all, no view of the grader's processes) with a private
+  /tmp, a read-only file system, and the course's `source/`, `submitted/`, `autograded/`,
+  `release/`, `feedback/` and gradebook hidden; its working folder is an empty scratch folder,
+  because the notebook nbgrader is executing (in autograded/) contains the hidden tests. So a
+  submission cannot read hidden tests or other students' work, or write grades.
 
 The kernel talks to nbgrader over Unix sockets (ipc transport) in a folder bound into the
 sandbox, because a sandbox without network has no loopback shared with the grader. Without

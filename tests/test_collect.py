@@ -41,3 +41,24 @@ def test_broken_submissions_are_rejected_with_a_reason(tmp_path):
     assert "not valid JSON" in ws.rejected["broken"]
     assert "no notebook named 01_attention.ipynb" in ws.rejected["wrongname"]
     assert "my_homework.ipynb" in ws.rejected["wrongname"]
+
+
+def test_feedback_html_does_not_reveal_hidden_tests(tmp_path):
+    """Feedback for a buggy submission explains the failure but contains no hidden test line."""
+    from course import bank, cells as C
+    entry = next(e for e in bank.load(A, ROOT) if e.name == "no_scaling")
+    run = grading.grade_class(A, {"buggy": bank.apply(entry, A, ROOT)}, tmp_path, ROOT)
+    assert not run.results["buggy"].cells["test_sdpa_hidden"].full
+    proc = grading.Workspace(tmp_path, ROOT).feedback(A)
+    html = (tmp_path / "feedback" / "buggy" / A / f"{A}.html").read_text()
+    src = C.read(ROOT / "source" / A / f"{A}.ipynb")
+    hidden = [line.strip() for cell in src.cells
+              for line in "\n".join(C.regions(cell.source, C.BEGIN_HIDDEN, C.END_HIDDEN)).splitlines()
+              if len(line.strip()) > 25]
+    assert hidden, "the notebook should have hidden tests"
+    import html as h
+    import re
+    text = h.unescape(re.sub(r"<[^>]+>", "", html))
+    leaked = [line for line in hidden if line in text]
+    assert not leaked, f"feedback reveals hidden test lines: {leaked[:3]}"
+    assert "not divided by sqrt(d_k)" in text, "feedback should carry the check's explanation"
