@@ -43,11 +43,30 @@ def grade_command(args) -> int:
     if not _in_gradebook(ws, args.assignment):
         nbgrader(["generate_assignment", args.assignment, "--force"], course_dir)
     print(f"grading {len(students)} submissions of {args.assignment} ...")
-    for i, student in enumerate(students, 1):
-        proc, seconds = grading.timed(ws.autograde, args.assignment, student)
-        status = "ok" if proc.returncode == 0 else f"nbgrader exit {proc.returncode}"
-        print(f"  [{i}/{len(students)}] {student}: {seconds:.1f} s ({status})")
-    results = ws.results(args.assignment, students + sorted(ws.rejected))
+    if args.workers > 1:
+        # Parallel: N scratch course folders, each with its own SQLite gradebook (SQLite takes
+        # one writer at a time); the graded notebooks are copied back into autograded/.
+        import shutil
+        work = course_dir / ".grading"
+        shutil.rmtree(work, ignore_errors=True)
+        subs = {s: submitted / s / args.assignment / f"{args.assignment}.ipynb" for s in students}
+        run = grading.grade_class(args.assignment, subs, work, course_dir, workers=args.workers)
+        for s in students:
+            src = run.autograded_notebook(s).parent
+            if src.exists():
+                dest = course_dir / "autograded" / s / args.assignment
+                shutil.rmtree(dest, ignore_errors=True)
+                shutil.copytree(src, dest)
+        print(f"  {len(students)} students in {run.seconds:.1f} s with {args.workers} workers "
+              f"({60 * len(students) / run.seconds:.1f} students/minute); per-worker gradebooks in {work}")
+        results = dict(run.results)
+        results.update(ws.results(args.assignment, sorted(ws.rejected)) if ws.rejected else {})
+    else:
+        for i, student in enumerate(students, 1):
+            proc, seconds = grading.timed(ws.autograde, args.assignment, student)
+            status = "ok" if proc.returncode == 0 else f"nbgrader exit {proc.returncode}"
+            print(f"  [{i}/{len(students)}] {student}: {seconds:.1f} s ({status})")
+        results = ws.results(args.assignment, students + sorted(ws.rejected))
     order = [gid for gid, _, _ in grading.grade_cells(args.assignment, course_dir)]
     print(report.score_table(list(results.values()), order))
     csv_path = Path(args.csv) if args.csv else course_dir / f"grades-{args.assignment}.csv"
