@@ -142,11 +142,24 @@ def grading_rows():
     return rows
 
 
+def throughput_rows(class_size: int, assignment: str = "01_attention"):
+    """Students per minute grading a class of reference submissions with 1 and 2 workers."""
+    root = repo_root()
+    subs = {f"student{i:02d}": bank.reference_submission(assignment, root) for i in range(class_size)}
+    rows = []
+    for workers in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            run = grading.grade_class(assignment, subs, Path(tmp), root, workers=workers)
+            rows.append((workers, run.seconds, 60 * class_size / run.seconds))
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-grading", action="store_true")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--class-size", type=int, default=6, help="students for the throughput rows")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -169,6 +182,11 @@ def main(argv=None):
         total += seconds
         print(f"autograde {a:<28}{seconds:>7.1f} s  ({seconds / floor:.1f}x floor){'' if ok else '  NOT FULL MARKS'}")
     print(f"autograde one whole student (5 notebooks): {total:.1f} s (target < 60 s on 2 cores)")
+    rows = throughput_rows(args.class_size)
+    for workers, seconds, per_minute in rows:
+        print(f"class of {args.class_size} (01_attention), {workers} worker(s): {seconds:.1f} s, "
+              f"{per_minute:.1f} students/minute")
+    print(f"speed-up with 2 workers: {rows[0][1] / rows[1][1]:.2f}x")
     return 0
 
 

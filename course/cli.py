@@ -64,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("rest", nargs=argparse.REMAINDER, help="--quick, --no-grading, --device cuda")
     be.set_defaults(func=_bench)
 
-    args = p.parse_args(argv)
+    args, unknown = p.parse_known_args(argv)
+    if unknown and args.command == "bench":
+        args.rest = [*args.rest, *unknown]
+    elif unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
     return int(args.func(args) or 0)
 
 
