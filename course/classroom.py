@@ -72,4 +72,11 @@ def grade_command(args) -> int:
     csv_path = Path(args.csv) if args.csv else course_dir / f"grades-{args.assignment}.csv"
     grading.write_csv(list(results.values()), csv_path)
     print(f"scores written to {csv_path}")
+    rates = report.pass_rates(list(results.values()), order)
+    hardest = sorted(rates.items(), key=lambda kv: kv[1])[:5]
+    print("hardest cells: " + ", ".join(f"{g} ({100 * r:.0f}% full marks)" for g, r in hardest))
+    chart = report.pass_rate_chart(list(results.values()), order,
+                                   csv_path.with_name(f"pass-rates-{args.assignment}.png"),
+                                   f"{args.assignment}: pass rate per grade cell")
+    print(f"pass-rate chart: {chart}")
     return 0

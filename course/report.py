@@ -69,3 +69,33 @@ def chart(results: list[StudentResult], cell_order: list[str], path: Path, title
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def pass_rates(results: list[StudentResult], cell_order: list[str]) -> dict[str, float]:
+    """Fraction of graded students with full marks in each autograded cell."""
+    graded = [r for r in results if not r.error]
+    rates = {}
+    for gid in cell_order:
+        cells = [r.cells[gid] for r in graded if gid in r.cells and not r.cells[gid].manual]
+        if cells:
+            rates[gid] = sum(c.full for c in cells) / len(cells)
+    return rates
+
+
+def pass_rate_chart(results: list[StudentResult], cell_order: list[str], path: Path, title: str) -> Path:
+    """Which TODOs most students fail: a bar per grade cell, sorted from hardest."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = sorted(pass_rates(results, cell_order).items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(rates)))
+    ax.barh([k for k, _ in rates], [100 * v for _, v in rates], color="#4c72b0")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(f"% of {sum(not r.error for r in results)} graded students with full marks")
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
