@@ -59,7 +59,7 @@ WRONG = [
           loses=SAMPLE),
     Wrong("sample_no_context_crop", "feeds the whole sequence, longer than seq_len, to the model",
           edits={"sample": Sub("logits = model(x[:, -model.seq_len:])[:, -1]", "logits = model(x)[:, -1]")},
-          loses=["test_sample_hidden"]),
+          loses=SAMPLE),
     Wrong("sample_ignores_generator", "draws with the global random state instead of the generator",
           edits={"sample": Sub("torch.multinomial(probs, 1, generator=generator)", "torch.multinomial(probs, 1)")},
           loses=["test_sample_visible"]),
