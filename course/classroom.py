@@ -30,8 +30,7 @@ def grade_command(args) -> int:
     if not students:
         raise SystemExit(f"no submissions in {submitted}/*/{args.assignment}/ "
                          "(collect them first: `nbgrader collect` or `nbgrader zip_collect`)")
-    ws = grading.Workspace.__new__(grading.Workspace)
-    ws.root, ws.repo, ws.rejected = course_dir, course_dir, {}
+    ws = grading.Workspace.existing(course_dir)
     from .sandbox import mode
     print(f"kernel isolation: {mode()}")
     for student in students:

@@ -14,7 +14,7 @@ def _build(args):
 
 def _check(args):
     from .gates import run_checks
-    return run_checks(quick=args.quick, assignments=args.assignments or None)
+    return run_checks(quick=args.quick, only=args.assignments or None)
 
 
 def _grade(args):

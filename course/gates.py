@@ -12,9 +12,9 @@ from . import build, lint
 from .paths import assignments, repo_root
 
 
-def run_checks(quick: bool = False, assignments_: list[str] | None = None, **kw) -> int:
+def run_checks(quick: bool = False, only: list[str] | None = None) -> int:
     root = repo_root()
-    ids = kw.get("assignments") or assignments_ or assignments(root)
+    ids = only or assignments(root)
     failures = 0
     print("Gate 1: release/ is what nbgrader generates from source/")
     drift = build.release_drift(root)

@@ -65,6 +65,13 @@ class Workspace:
             shutil.copytree(self.repo / "source" / a, dest,
                             ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
 
+    @classmethod
+    def existing(cls, root: Path) -> "Workspace":
+        """An instructor's own course folder, used as it is (nothing copied in)."""
+        ws = cls.__new__(cls)
+        ws.root, ws.repo, ws.rejected = Path(root), Path(root), {}
+        return ws
+
     @property
     def db_url(self) -> str:
         return f"sqlite:///{self.root / 'gradebook.db'}"
