@@ -53,11 +53,38 @@ def course_root_of(own_dir: Path) -> Path:
     return Path(os.environ.get("COURSE_GRADING_ROOT", own_dir))
 
 
+def python_folders_under(top: str) -> list[Path]:
+    """The interpreter's folders (virtual environment and base installation) under `top`."""
+    top_path = Path(top).resolve()
+    found: list[Path] = []
+    for entry in [sys.prefix, sys.exec_prefix, sys.base_prefix]:
+        if not entry:
+            continue
+        path = Path(entry).resolve()
+        if path.is_dir() and path.is_relative_to(top_path) and path != top_path \
+                and not any(path.is_relative_to(f) for f in found):
+            found = [f for f in found if not f.is_relative_to(path)] + [path]
+    return found
+
+
+def course_checkouts() -> list[Path]:
+    """Course folders besides the one being graded whose solutions must stay hidden: the
+    checkout this package was installed from, and $COURSE_ROOT."""
+    roots = [Path(__file__).resolve().parent.parent]
+    if os.environ.get("COURSE_ROOT"):
+        roots.append(Path(os.environ["COURSE_ROOT"]))
+    return roots
+
+
 def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
     course_root = course_root_of(own_dir)
     args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-pid",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    roots = [course_root] + ([Path(os.environ["COURSE_ROOT"])] if os.environ.get("COURSE_ROOT") else [])
+    # The private /tmp would also hide a Python installation that lives there (CI builds its
+    # virtual environment under mktemp -d): bind the interpreter's folders back, read-only.
+    for folder in python_folders_under("/tmp"):
+        args += ["--ro-bind", str(folder), str(folder)]
+    roots = [course_root] + course_checkouts()
     for root in roots:
         for name in HIDDEN:
             if (root / name).is_dir():

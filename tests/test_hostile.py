@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
+import tempfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -88,6 +91,11 @@ import os, json, re, sqlite3
 up = os.path.join(*[".."] * 3)
 found = {}
 roots = [up] + [os.path.join("/proc", p, "cwd") for p in os.listdir("/proc") if p.isdigit()]
+try:  # the checkout the course package was installed from holds source/ too
+    import course
+    roots.append(os.path.join(os.path.dirname(course.__file__), os.pardir))
+except Exception:
+    pass
 for name in [os.path.join(r, d) for r in roots for d in ["sour" + "ce", "auto" + "graded", "."]]:
     for dirpath, _, files in os.walk(name):
         for f in files:
@@ -199,3 +207,24 @@ def test_canonical_names():
         assert canonical_name(name, A) == "01_attention.ipynb", name
     for name in ["02_multi_head_attention.ipynb", "notes.ipynb", "01_attention.py"]:
         assert canonical_name(name, A) is None, name
+
+
+def test_sandbox_keeps_a_python_under_tmp_and_hides_the_checkout(tmp_path, monkeypatch):
+    """CI builds its virtual environment under /tmp, which the sandbox replaces by an empty
+    tmpfs: the interpreter's folders must be bound back (read-only), and the checkout's
+    source/ hidden, whatever the folder being graded."""
+    venv = Path(tempfile.mkdtemp(prefix="venv-", dir="/tmp"))
+    try:
+        monkeypatch.setattr(sys, "prefix", str(venv))
+        assert sandbox.python_folders_under("/tmp") == [venv.resolve()]
+        own = tmp_path / "autograded" / "s1" / A
+        own.mkdir(parents=True)
+        cmd = sandbox.bwrap_command(["python", "-m", "ipykernel_launcher"], own, tmp_path / "ipc")
+        binds = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--ro-bind"]
+        tmpfs = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--tmpfs"]
+        assert str(venv.resolve()) in binds
+        assert cmd.index(str(venv.resolve())) > cmd.index("/tmp"), "bound before /tmp was replaced"
+        assert str(ROOT / "source") in tmpfs or str(ROOT.resolve() / "source") in tmpfs
+        assert str(tmp_path / "autograded") in tmpfs and str(own) in tmpfs
+    finally:
+        venv.rmdir()
