@@ -1,0 +1,124 @@
+"""The notebooks as a student meets them: JupyterLab in Chromium, driven by Playwright.
+
+Each release notebook, filled with the reference answers, is opened in a real JupyterLab
+(with the nbgrader extensions), run with Run All, and checked for what a student sees:
+no error output, every figure decoded into a picture, and bertviz's views drawn with the
+sentence's tokens (their JavaScript served from local copies: nothing goes online). nbgrader's
+Validate button and the formgrader page are exercised in the same JupyterLab. Screenshots of
+every notebook are written to tests/artifacts/browser/ (git-ignored) for a person to look at.
+
+Needs Chromium, playwright and the JavaScript of tests/browser/setup.sh (which .ci/run runs);
+without them the tests are skipped with a message that says what is missing.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import nbformat
+import pytest
+
+from course import bank, browser
+from conftest import ASSIGNMENTS, ROOT
+
+ARTIFACTS = ROOT / "tests" / "artifacts" / "browser"
+MISSING = browser.missing()
+pytestmark = [pytest.mark.slow, pytest.mark.browser,
+              pytest.mark.skipif(bool(MISSING), reason="browser test needs: " + "; ".join(MISSING))]
+RUN_TIMEOUT = float(os.environ.get("COURSE_BROWSER_TIMEOUT", "900"))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A course folder served by JupyterLab, and a Chromium page on it."""
+    from playwright.sync_api import sync_playwright
+
+    course = tmp_path_factory.mktemp("lab-course")
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "source", course / "source")
+    (course / "student").mkdir()
+    for a in ASSIGNMENTS:
+        nbformat.write(bank.reference_submission(a, ROOT), course / "student" / f"{a}.ipynb")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with browser.jupyterlab(course, ARTIFACTS / "jupyterlab.log") as (base, token), sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=browser.chromium_path(), headless=True,
+                                      args=browser.CHROMIUM_ARGS)
+        context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+        outside = browser.route_cdn(context)
+        page = context.new_page()
+        console_errors = []
+        page.on("pageerror", lambda e: console_errors.append(str(e)))
+        yield {"base": base, "token": token, "page": page, "course": course,
+               "outside": outside, "page_errors": console_errors}
+        context.close()
+        chromium.close()
+
+
+def open_notebook(lab, path):
+    page = lab["page"]
+    page.goto(f"{lab['base']}/lab/tree/{path}?token={lab['token']}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    browser.wait_for_kernel(page)
+    return page
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_notebook_runs_and_renders_in_jupyterlab(lab, assignment):
+    page = open_notebook(lab, f"student/{assignment}.ipynb")
+    browser.run_all_and_wait(page, RUN_TIMEOUT)
+    browser.save(page, lab["course"] / "student" / f"{assignment}.ipynb")
+    page.screenshot(path=str(ARTIFACTS / f"{assignment}.png"), timeout=60_000)
+
+    nb = nbformat.read(lab["course"] / "student" / f"{assignment}.ipynb", as_version=4)
+    errors = [(i, o.get("ename"), o.get("evalue")) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, f"{assignment}: cells raised in JupyterLab: {errors}"
+    unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count is None]
+    assert not unrun, f"{assignment}: code cells never ran: {unrun}"
+
+    pictures = sum(1 for c in nb.cells if c.cell_type == "code"
+                   for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
+    assert pictures > 0, f"{assignment} draws no figure"
+    shown = browser.rendered_images(page)
+    assert shown == {"total": pictures, "decoded": pictures}, \
+        f"{assignment}: {pictures} figures in the notebook, the page shows {shown}"
+    first = page.locator(".jp-OutputArea-output img").first
+    first.screenshot(path=str(ARTIFACTS / f"{assignment}-first-figure.png"))
+
+    views = browser.bertviz_views(page)
+    calls = sum(1 for c in nb.cells if c.cell_type == "code"
+                for line in c.source.splitlines()
+                if line.lstrip().startswith(("head_view(", "model_view(")))
+    assert len(views) == calls, f"{assignment}: {calls} bertviz calls, {len(views)} views in the page: {views}"
+    for view in views:
+        assert view["svg_elements"] > 20, f"{assignment}: bertviz view {view['id']} drew nothing: {view}"
+        assert "[CLS]" in view["tokens"] and "[SEP]" in view["tokens"], \
+            f"{assignment}: bertviz view {view['id']} shows no tokens: {view['tokens']}"
+    if views:
+        page.locator(f"#{views[0]['id']}").screenshot(path=str(ARTIFACTS / f"{assignment}-bertviz.png"))
+
+    cdn = [u for u in lab["outside"] if not any(a in u for a in browser.CDN_FILES)]
+    assert not cdn, f"{assignment}: the page asked for outside addresses other than bertviz's CDN files: {cdn}"
+    assert not lab["page_errors"], f"{assignment}: JavaScript errors in the page: {lab['page_errors']}"
+
+
+def test_nbgrader_validate_button_passes_the_reference(lab):
+    page = open_notebook(lab, "student/01_attention.ipynb")
+    page.locator(".validate-button").first.click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=300_000)
+    page.wait_for_selector(".validation-success, .validation-failed, .validation-error", timeout=300_000)
+    dialog.screenshot(path=str(ARTIFACTS / "validate-01_attention.png"))
+    text = dialog.inner_text()
+    assert "Success! Your notebook passes all the tests." in text, f"Validate said: {text[:2000]}"
+
+
+def test_formgrader_lists_the_course_assignments(lab):
+    page = lab["page"]
+    page.goto(f"{lab['base']}/formgrader?token={lab['token']}")
+    try:
+        for a in ASSIGNMENTS:
+            page.get_by_role("link", name=a, exact=True).wait_for(state="visible", timeout=60_000)
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "formgrader.png"), full_page=True)
+    assert "Manage Assignments" in page.inner_text("body")
