@@ -104,6 +104,9 @@ def jupyterlab(course_dir: Path, log_path: Path, timeout: float = 120):
     tracker = settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
     tracker.parent.mkdir(parents=True, exist_ok=True)
     tracker.write_text(json.dumps({"windowingMode": "none"}))
+    news = settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True, exist_ok=True)
+    news.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(settings), MPLBACKEND="module://matplotlib_inline.backend_inline")
     # The formgrader creates the gradebook with `alembic`, found on PATH: this environment's first.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -155,7 +158,8 @@ def run_all_and_wait(page, timeout: float) -> None:
     page.wait_for_timeout(1000)
     while time.time() < deadline:
         state = page.evaluate("""() => {
-            const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];
+            const node = window.jupyterapp.shell.currentWidget.node;
+            const prompts = [...node.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];
             const text = prompts.map(p => p.textContent.trim());
             return {busy: text.filter(t => t.includes('*')).length,
                     unrun: text.filter(t => t === '[ ]:' || t === '').length, total: text.length};
@@ -181,14 +185,25 @@ def save(page, path: Path, timeout: float = 60) -> None:
 def rendered_images(page) -> dict:
     """Counts of image outputs in the page, and of those that decoded to a real picture."""
     return page.evaluate("""() => {
-        const imgs = [...document.querySelectorAll('.jp-OutputArea-output img')];
+        const imgs = [...window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-OutputArea-output img')];
         return {total: imgs.length, decoded: imgs.filter(i => i.complete && i.naturalWidth > 50).length};
     }""")
 
 
+def wait_for_bertviz(page, timeout: float = 90) -> None:
+    """Give bertviz's scripts (require.js, then d3) time to draw every view in the notebook."""
+    try:
+        page.wait_for_function("""() => [...window.jupyterapp.shell.currentWidget.node
+            .querySelectorAll('[id^="bertviz-"]')].every(v => v.querySelectorAll('svg *').length > 20)""",
+                               timeout=timeout * 1000, polling=500)
+    except Exception:  # the caller's checks say which view stayed empty
+        pass
+
+
 def bertviz_views(page) -> list[dict]:
     """Each bertviz view in the page: its id, how many SVG elements it drew, and its token labels."""
-    return page.evaluate("""() => [...document.querySelectorAll('[id^="bertviz-"]')].map(v => ({
+    return page.evaluate("""() => [...window.jupyterapp.shell.currentWidget.node
+            .querySelectorAll('[id^="bertviz-"]')].map(v => ({
         id: v.id,
         svg_elements: v.querySelectorAll('svg *').length,
         tokens: [...v.querySelectorAll('svg text')].map(t => t.textContent).slice(0, 40),
