@@ -141,7 +141,7 @@ def jupyterlab(course_dir: Path, log_path: Path, timeout: float = 120):
         log.close()
 
 
-def wait_for_kernel(page, timeout: float = 180) -> None:
+def wait_for_kernel(page, timeout: float = 300) -> None:
     """Wait until the open notebook's kernel is started and idle (Run All before that runs nothing)."""
     page.wait_for_function("""() => {
         const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
@@ -182,8 +182,15 @@ def save(page, path: Path, timeout: float = 60) -> None:
     page.wait_for_timeout(500)
 
 
-def rendered_images(page) -> dict:
-    """Counts of image outputs in the page, and of those that decoded to a real picture."""
+def rendered_images(page, timeout: float = 120) -> dict:
+    """Counts of image outputs in the page, and of those that decoded to a real picture (after
+    giving a loaded machine up to `timeout` seconds to decode them)."""
+    try:
+        page.wait_for_function("""() => [...window.jupyterapp.shell.currentWidget.node
+            .querySelectorAll('.jp-OutputArea-output img')].every(i => i.complete && i.naturalWidth > 50)""",
+                               timeout=timeout * 1000, polling=500)
+    except Exception:  # the counts below say what did not decode
+        pass
     return page.evaluate("""() => {
         const imgs = [...window.jupyterapp.shell.currentWidget.node.querySelectorAll('.jp-OutputArea-output img')];
         return {total: imgs.length, decoded: imgs.filter(i => i.complete && i.naturalWidth > 50).length};
