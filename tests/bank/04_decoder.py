@@ -102,7 +102,7 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx):
           loses=GPT),
     Wrong("gpt_softmax", "the decoder-only model returns probabilities",
           edits={"DecoderOnlyTransformer": Sub("return self.fc_out(h)", "return self.fc_out(h).softmax(dim=-1)")},
-          loses=["test_DecoderOnlyTransformer_hidden"]),
+          loses=GPT),
     # ---- questions
     Wrong("q1_no_future_leak_confusion", "question 1 answered with the future-leak option",
           edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "c"')}, loses=["test_answer_q1"]),
