@@ -66,9 +66,14 @@ def missing() -> list[str]:
     return problems
 
 
-def route_cdn(context) -> list[str]:
-    """Answer bertviz's CDN requests from the local copies; abort every other outside request.
-    Returns the list that records each outside address the page asked for."""
+# How long each CDN answer takes: a real network is never instant, and bertviz's views must
+# draw however late require.js arrives (notebook 02's show_view makes them wait for it).
+CDN_LATENCY = float(os.environ.get("COURSE_CDN_LATENCY", "0.5"))
+
+
+def route_cdn(context, latency: float = CDN_LATENCY) -> list[str]:
+    """Answer bertviz's CDN requests from the local copies, each after `latency` seconds; abort
+    every other outside request. Returns the list that records each outside address asked for."""
     asked: list[str] = []
     local = assets_dir() / "node_modules"
 
@@ -79,6 +84,7 @@ def route_cdn(context) -> list[str]:
         asked.append(url)
         for address, file in CDN_FILES.items():
             if address in url:
+                time.sleep(latency)
                 body = (local / file).read_text()
                 if file.startswith("requirejs/"):
                     # require.js gives up on a module after 7 s; a loaded CI machine can be slower.

@@ -7,6 +7,7 @@ notebooks reuse, the other given cells, the reference solutions and the cells ta
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -150,3 +151,38 @@ def test_students_layer_matches_bert_in_the_notebook(views):
     _, ns = views
     diff = (ns["mine"].attention_weights - ns["attention"][ns["layer"]]).abs().max().item()
     assert diff <= 1e-5, diff
+
+
+def test_show_view_is_a_saved_locked_cell_that_waits_for_require_js():
+    """show_view hands bertviz's own page to the notebook with its drawing code held back until
+    require.js is there (in JupyterLab the code otherwise runs first and the view stays blank;
+    tests/test_browser.py serves require.js late to prove the views draw anyway)."""
+    import torch
+    from bertviz import head_view
+    import IPython.display
+
+    cell = next(c for c in _cells() if C.grade_id(c) == "show_view")
+    assert C.is_locked(cell) and C.is_saved(cell), "show_view must be locked and tagged `save` (notebook 03 uses it)"
+    shown = []
+    namespace = {}
+    exec(compile(_python(cell.source), "<show_view>", "exec"), namespace)
+    original = IPython.display.display
+    IPython.display.display = lambda obj: shown.append(obj)
+    try:
+        tokens = ["[CLS]", "a", "cat", "[SEP]"]
+        attention = [torch.softmax(torch.randn(1, 2, 4, 4), -1) for _ in range(2)]
+        namespace["show_view"](head_view, attention, tokens)
+    finally:
+        IPython.display.display = original
+    (html,) = [obj.data for obj in shown]
+    bertviz_own = head_view(attention, tokens, html_action="return").data
+    view_id = re.search(r'id="(bertviz-[0-9a-f]+)"', html).group(1)
+    assert html.count('<script type="text/javascript">') == 1 and html.count("require.min.js") == 1, html[:600]
+    guard = html.index("typeof window.requirejs === 'undefined'")
+    assert guard < html.index("require.config(") < html.index("requirejs(['jquery', 'd3']"), \
+        "the drawing code must come after the wait for require.js"
+    assert all(f'"{t}"' in html for t in tokens) and f'"root_div_id": "{view_id}"' in html
+    # Everything bertviz wrote is still there (apart from its own view id).
+    strip = lambda s: re.sub(r"bertviz-[0-9a-f]+", "ID", s)
+    for line in strip(bertviz_own).splitlines():
+        assert line in strip(html), f"show_view lost a line of bertviz's page: {line!r}"

@@ -47,10 +47,11 @@ def lab(tmp_path_factory):
         context = chromium.new_context(viewport={"width": 1400, "height": 1000})
         outside = browser.route_cdn(context)
         page = context.new_page()
-        console_errors = []
+        console_errors, console = [], []
         page.on("pageerror", lambda e: console_errors.append(str(e)))
+        page.on("console", lambda m: console.append(f"{m.type}: {m.text}"[:300]) if m.type in ("error", "warning") else None)
         yield {"base": base, "token": token, "page": page, "course": course,
-               "outside": outside, "page_errors": console_errors}
+               "outside": outside, "page_errors": console_errors, "console": console}
         context.close()
         chromium.close()
 
@@ -119,7 +120,9 @@ def test_notebook_runs_and_renders_in_jupyterlab(lab, assignment):
     assert {v["id"] for v in views} == expected, \
         f"{assignment}: bertviz views in the outputs {sorted(expected)}, drawn in the page {views}"
     for view in views:
-        assert view["svg_elements"] > 20, f"{assignment}: bertviz view {view['id']} drew nothing: {view}"
+        assert view["svg_elements"] > 20, (f"{assignment}: bertviz view {view['id']} drew nothing: {view}; "
+                                           f"page errors {lab['page_errors']}; outside requests {lab['outside']}; "
+                                           f"console {lab['console'][-20:]}")
         model_view_labels = {"Layers", "Heads"} <= set(view["tokens"])
         assert model_view_labels or {"[CLS]", "[SEP]"} <= set(view["tokens"]), \
             f"{assignment}: bertviz view {view['id']} shows no tokens (nor a model view's grid): {view['tokens']}"
