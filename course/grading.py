@@ -244,3 +244,33 @@ def grade_class(assignment: str, submissions: dict, workdir: Path, repo: Path | 
                    "\n".join(log for _, _, log in done), Path(workdir))
     run.roots = {s: ws.root for ws, res, _ in done for s in res}
     return run
+
+
+@dataclass
+class StudentRun:
+    """One student's whole course graded in one course folder (see `grade_student`)."""
+    student: str
+    results: dict[str, StudentResult]     # assignment -> per-cell scores
+    setup_seconds: float                  # generate_assignment of every notebook: once per course
+    seconds: float                        # the one `nbgrader autograde "*"` run of this student
+    log: str
+
+
+def grade_student(notebooks: dict, workdir: Path, repo: Path | None = None, student: str = "student",
+                  timeout: float | None = None) -> StudentRun:
+    """Grade one student's ``{assignment: notebook or path}`` as a course does it.
+
+    The assignments are generated once (course setup, timed apart), then a single
+    `nbgrader autograde "*" --student=...` grades every notebook of the student: nbgrader starts
+    once, and each notebook runs in its own sandboxed kernel as it always does.
+    """
+    ws = Workspace(workdir, repo, list(notebooks))
+    t0 = time.perf_counter()
+    for assignment in notebooks:
+        ws.generate(assignment)
+    setup = time.perf_counter() - t0
+    for assignment, nb in notebooks.items():
+        ws.submit(student, assignment, nb)
+    proc, seconds = timed(ws.autograde, "*", student, timeout)
+    results = {a: ws.results(a, [student])[student] for a in notebooks}
+    return StudentRun(student, results, setup, seconds, proc.stdout + proc.stderr)

@@ -2,7 +2,7 @@
 
 `nbgrader autograde` runs each submission's code in a Jupyter kernel. With this module's
 `SandboxedExecute` in the autograde pipeline (see nbgrader_config.py) that kernel is started
-through `python -m course.sandbox`, which
+through `python -m course.isolation`, which
 
 * sets resource limits (address space, CPU seconds, file size, no core dumps), so a memory hog
   or a runaway loop ends its own kernel, not the grading machine or the class;
@@ -21,7 +21,6 @@ resource limits: `mode()` says which protection is active, and `course grade` pr
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -30,102 +29,13 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from nbgrader.preprocessors import Execute
 
-MEMORY_BYTES = int(float(os.environ.get("COURSE_KERNEL_MEMORY_GB", "6")) * 1024 ** 3)
-CPU_SECONDS = int(os.environ.get("COURSE_KERNEL_CPU_SECONDS", "900"))
-FILE_BYTES = 256 * 1024 ** 2
-HIDDEN = ["source", "submitted", "autograded", "feedback", "release", "downloaded", "rejected"]
-
-
-def bwrap_works() -> bool:
-    return sys.platform.startswith("linux") and shutil.which("bwrap") is not None
-
-
-def mode() -> str:
-    if bwrap_works():
-        return "bubblewrap sandbox (no network, solutions and gradebook hidden) + resource limits"
-    return "resource limits only (bubblewrap not found: install it for network and file isolation)"
-
-
-def course_root_of(own_dir: Path) -> Path:
-    """autograded/<student>/<assignment> -> the course folder above it."""
-    if own_dir.parent.parent.name == "autograded":
-        return own_dir.parent.parent.parent
-    return Path(os.environ.get("COURSE_GRADING_ROOT", own_dir))
-
-
-def python_folders_under(top: str) -> list[Path]:
-    """The interpreter's folders (virtual environment and base installation) under `top`."""
-    top_path = Path(top).resolve()
-    found: list[Path] = []
-    for entry in [sys.prefix, sys.exec_prefix, sys.base_prefix]:
-        if not entry:
-            continue
-        path = Path(entry).resolve()
-        if path.is_dir() and path.is_relative_to(top_path) and path != top_path \
-                and not any(path.is_relative_to(f) for f in found):
-            found = [f for f in found if not f.is_relative_to(path)] + [path]
-    return found
-
-
-def course_checkouts() -> list[Path]:
-    """Course folders besides the one being graded whose solutions must stay hidden: the
-    checkout this package was installed from, and $COURSE_ROOT."""
-    roots = [Path(__file__).resolve().parent.parent]
-    if os.environ.get("COURSE_ROOT"):
-        roots.append(Path(os.environ["COURSE_ROOT"]))
-    return roots
-
-
-def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
-    course_root = course_root_of(own_dir)
-    args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-pid",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    # The private /tmp would also hide a Python installation that lives there (CI builds its
-    # virtual environment under mktemp -d): bind the interpreter's folders back, read-only.
-    for folder in python_folders_under("/tmp"):
-        args += ["--ro-bind", str(folder), str(folder)]
-    roots = [course_root] + course_checkouts()
-    for root in roots:
-        for name in HIDDEN:
-            if (root / name).is_dir():
-                args += ["--tmpfs", str(root / name)]
-        for db in root.glob("gradebook.db*"):
-            args += ["--ro-bind", "/dev/null", str(db)]
-    # The kernel reads its connection file (`-f PATH`, often under /tmp): bind it read-only.
-    for flag, value in zip(cmd, cmd[1:]):
-        if flag == "-f" and Path(value).exists():
-            args += ["--ro-bind", value, value]
-    # The kernel's working folder is an empty scratch folder: the real one holds the notebook
-    # being graded, hidden tests included.
-    args += ["--tmpfs", str(own_dir), "--bind", str(ipc_dir), str(ipc_dir),
-             "--chdir", str(own_dir), "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython",
-             # In a PID namespace the kernel's parent is pid 1; tell ipykernel not to poll it
-             # (--die-with-parent ends the kernel with the grader instead).
-             "--setenv", "JPY_PARENT_PID", "1", "--"]
-    return args + cmd
-
-
-def _set_limits() -> None:
-    for res, value in [(resource.RLIMIT_AS, MEMORY_BYTES), (resource.RLIMIT_CPU, CPU_SECONDS),
-                       (resource.RLIMIT_FSIZE, FILE_BYTES), (resource.RLIMIT_CORE, 0)]:
-        try:
-            resource.setrlimit(res, (value, value))
-        except (ValueError, OSError):
-            pass
-
-
-def launch(argv: list[str]) -> None:
-    """`python -m course.sandbox OWN_DIR IPC_DIR -- KERNEL_CMD...`: limit, isolate, exec."""
-    own_dir, ipc_dir = Path(argv[0]), Path(argv[1])
-    cmd = argv[argv.index("--") + 1:]
-    if bwrap_works():
-        cmd = bwrap_command(cmd, own_dir, ipc_dir)
-    _set_limits()
-    os.execvp(cmd[0], cmd)
+# The kernel side lives in course.isolation (standard library only, it runs before each kernel).
+from .isolation import (CPU_SECONDS, FILE_BYTES, HIDDEN, MEMORY_BYTES, bwrap_command,  # noqa: F401
+                        bwrap_works, course_checkouts, course_root_of, launch, mode, python_folders_under)
 
 
 class SandboxedKernelManager(AsyncKernelManager):
-    """Starts the kernel through `course.sandbox`, talking over Unix sockets."""
+    """Starts the kernel through `course.isolation`, talking over Unix sockets."""
 
     def __init__(self, **kwargs):
         self._ipc_dir = Path(tempfile.mkdtemp(prefix="course-kernel-"))
@@ -144,7 +54,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         own_dir = Path(kw.get("cwd") or os.getcwd()).resolve()
-        wrapped = [sys.executable, "-m", "course.sandbox", str(own_dir), str(self._ipc_dir), "--",
+        wrapped = [sys.executable, "-m", "course.isolation", str(own_dir), str(self._ipc_dir), "--",
                    *kernel_cmd]
         return await super()._async_launch_kernel(wrapped, **kw)
 
@@ -205,7 +115,3 @@ class SandboxedExecute(Execute):
         self.kc = self.km.client()
         self.kc.start_channels()
         run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)
-
-
-if __name__ == "__main__":
-    launch(sys.argv[1:])

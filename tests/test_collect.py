@@ -86,3 +86,24 @@ def test_course_grade_parallel_equals_sequential(tmp_path):
     par = sorted((tmp_path / "par.csv").read_text().splitlines())
     assert seq == par
     assert any("ben,01_attention,test_sdpa_visible,0.0" in line for line in seq)
+
+
+def test_grade_student_grades_every_notebook_in_one_nbgrader_run(tmp_path):
+    """`grade_student` (the whole-student benchmark) grades several assignments with one
+    `nbgrader autograde "*"` and files each notebook's scores under its own assignment."""
+    from course.paths import assignments
+    first, fourth = "01_attention", "04_decoder"
+    assert {first, fourth} <= set(assignments(ROOT))
+    wrong = next(e for e in bank.load(fourth, ROOT) if e.name == "decoder_returns_softmax")
+    run = grading.grade_student({first: bank.reference_submission(first, ROOT),
+                                 fourth: bank.apply(wrong, fourth, ROOT)}, tmp_path, ROOT, student="kim")
+    for a in (first, fourth):
+        assert (tmp_path / "autograded" / "kim" / a / f"{a}.ipynb").exists(), f"{a} was not autograded:\n{run.log[-3000:]}"
+    ref = run.results[first]
+    assert ref.error is None and ref.auto_cells and all(c.full for c in ref.auto_cells.values()), ref
+    buggy = run.results[fourth]
+    assert buggy.error is None, buggy.error
+    lost = {g for g, c in buggy.auto_cells.items() if not c.full}
+    assert lost == set(wrong.loses), f"lost {sorted(lost)}, the bank says {sorted(wrong.loses)}"
+    expected = {gid for gid, _, manual in grading.grade_cells(fourth, ROOT) if not manual}
+    assert set(buggy.auto_cells) == expected

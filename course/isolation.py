@@ -1,0 +1,110 @@
+"""The kernel side of the grading sandbox: resource limits and the bubblewrap command.
+
+`python -m course.isolation OWN_DIR IPC_DIR -- KERNEL_CMD...` runs before every graded kernel
+(course/sandbox.py starts kernels through it), so it imports nothing but the standard library:
+importing nbgrader here would add about 2 s to the start of every notebook's kernel.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import sys
+from pathlib import Path
+
+MEMORY_BYTES = int(float(os.environ.get("COURSE_KERNEL_MEMORY_GB", "6")) * 1024 ** 3)
+CPU_SECONDS = int(os.environ.get("COURSE_KERNEL_CPU_SECONDS", "900"))
+FILE_BYTES = 256 * 1024 ** 2
+HIDDEN = ["source", "submitted", "autograded", "feedback", "release", "downloaded", "rejected"]
+
+
+def bwrap_works() -> bool:
+    return sys.platform.startswith("linux") and shutil.which("bwrap") is not None
+
+
+def mode() -> str:
+    if bwrap_works():
+        return "bubblewrap sandbox (no network, solutions and gradebook hidden) + resource limits"
+    return "resource limits only (bubblewrap not found: install it for network and file isolation)"
+
+
+def course_root_of(own_dir: Path) -> Path:
+    """autograded/<student>/<assignment> -> the course folder above it."""
+    if own_dir.parent.parent.name == "autograded":
+        return own_dir.parent.parent.parent
+    return Path(os.environ.get("COURSE_GRADING_ROOT", own_dir))
+
+
+def python_folders_under(top: str) -> list[Path]:
+    """The interpreter's folders (virtual environment and base installation) under `top`."""
+    top_path = Path(top).resolve()
+    found: list[Path] = []
+    for entry in [sys.prefix, sys.exec_prefix, sys.base_prefix]:
+        if not entry:
+            continue
+        path = Path(entry).resolve()
+        if path.is_dir() and path.is_relative_to(top_path) and path != top_path \
+                and not any(path.is_relative_to(f) for f in found):
+            found = [f for f in found if not f.is_relative_to(path)] + [path]
+    return found
+
+
+def course_checkouts() -> list[Path]:
+    """Course folders besides the one being graded whose solutions must stay hidden: the
+    checkout this package was installed from, and $COURSE_ROOT."""
+    roots = [Path(__file__).resolve().parent.parent]
+    if os.environ.get("COURSE_ROOT"):
+        roots.append(Path(os.environ["COURSE_ROOT"]))
+    return roots
+
+
+def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
+    course_root = course_root_of(own_dir)
+    args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-pid",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    # The private /tmp would also hide a Python installation that lives there (CI builds its
+    # virtual environment under mktemp -d): bind the interpreter's folders back, read-only.
+    for folder in python_folders_under("/tmp"):
+        args += ["--ro-bind", str(folder), str(folder)]
+    roots = [course_root] + course_checkouts()
+    for root in roots:
+        for name in HIDDEN:
+            if (root / name).is_dir():
+                args += ["--tmpfs", str(root / name)]
+        for db in root.glob("gradebook.db*"):
+            args += ["--ro-bind", "/dev/null", str(db)]
+    # The kernel reads its connection file (`-f PATH`, often under /tmp): bind it read-only.
+    for flag, value in zip(cmd, cmd[1:]):
+        if flag == "-f" and Path(value).exists():
+            args += ["--ro-bind", value, value]
+    # The kernel's working folder is an empty scratch folder: the real one holds the notebook
+    # being graded, hidden tests included.
+    args += ["--tmpfs", str(own_dir), "--bind", str(ipc_dir), str(ipc_dir),
+             "--chdir", str(own_dir), "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython",
+             # In a PID namespace the kernel's parent is pid 1; tell ipykernel not to poll it
+             # (--die-with-parent ends the kernel with the grader instead).
+             "--setenv", "JPY_PARENT_PID", "1", "--"]
+    return args + cmd
+
+
+def _set_limits() -> None:
+    for res, value in [(resource.RLIMIT_AS, MEMORY_BYTES), (resource.RLIMIT_CPU, CPU_SECONDS),
+                       (resource.RLIMIT_FSIZE, FILE_BYTES), (resource.RLIMIT_CORE, 0)]:
+        try:
+            resource.setrlimit(res, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+def launch(argv: list[str]) -> None:
+    """`python -m course.isolation OWN_DIR IPC_DIR -- KERNEL_CMD...`: limit, isolate, exec."""
+    own_dir, ipc_dir = Path(argv[0]), Path(argv[1])
+    cmd = argv[argv.index("--") + 1:]
+    if bwrap_works():
+        cmd = bwrap_command(cmd, own_dir, ipc_dir)
+    _set_limits()
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1:])
