@@ -17,6 +17,21 @@ def _check(args):
     return run_checks(quick=args.quick, only=args.assignments or None)
 
 
+def _dictation(args):
+    from . import lint
+    from .paths import assignments, repo_root
+    root = repo_root()
+    n_all = n_leaked = 0
+    for a in args.assignments or assignments(root):
+        total, leaked = lint.dictation(a, root)
+        n_all, n_leaked = n_all + total, n_leaked + len(leaked)
+        print(f"{a}: {len(leaked)} of {total} non-trivial solution lines readable in release/")
+        for line in leaked:
+            print(f"    {line}")
+    print(f"course: {n_leaked} of {n_all} solution lines dictated")
+    return 1 if n_leaked else 0
+
+
 def _grade(args):
     from .classroom import grade_command
     return grade_command(args)
@@ -47,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("assignments", nargs="*")
     c.add_argument("--quick", action="store_true", help="static gates only (no autograding)")
     c.set_defaults(func=_check)
+
+    dc = sub.add_parser("dictation", help="solution lines a student can read in release/ outside the hints")
+    dc.add_argument("assignments", nargs="*")
+    dc.set_defaults(func=_dictation)
 
     g = sub.add_parser("grade", help="autograde collected submissions (submitted/) and write a CSV")
     g.add_argument("assignment")

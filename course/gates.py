@@ -29,6 +29,15 @@ def run_checks(quick: bool = False, only: list[str] | None = None) -> int:
         print(f"  {'FAIL' if problems else 'ok  '} {a}")
         for p in problems:
             print(f"       - {p}")
+    print("Gate 8: exercises are contracts (no solution line readable outside hints; headers, "
+          "hints, overview total, a stretch; no internal words)")
+    for a in ids:
+        total, leaked = lint.dictation(a, root)
+        problems = lint.teaching_problems(a, root)
+        failures += bool(problems)
+        print(f"  {'FAIL' if problems else 'ok  '} {a}: {len(leaked)} of {total} solution lines readable")
+        for p in problems:
+            print(f"       - {p}")
     if not quick:
         print("Gates 2-6: autograding the reference, the untouched release and the banks (pytest) ...")
         k = " or ".join(ids)

@@ -110,3 +110,167 @@ def lint_release(assignment: str, root: Path) -> list[str]:
 def lint(assignment: str, root: Path | None = None) -> list[str]:
     root = root or repo_root()
     return lint_source(assignment, root) + lint_release(assignment, root)
+
+
+# --- Exercises that make students think (issue 12) ------------------------------------------
+#
+# A TODO is a contract, not dictation: no line of a solution may be readable in the release
+# notebook before the student writes it, except inside the collapsible hints that the student
+# opens on purpose (and there never a whole solution line). Each exercise has a header with its
+# difficulty, importance, time and concept (ARENA's format), and the notebook's overview table
+# adds the minutes up.
+
+HINT_BLOCK = re.compile(r"<details>.*?</details>", re.S | re.I)
+HEADER = re.compile(
+    r"\*\*Difficulty:\*\*\s*([1-5])/5\s*·\s*\*\*Importance:\*\*\s*([1-5])/5\s*·\s*"
+    r"\*\*Time:\*\*\s*~?(\d+)\s*min\s*·\s*\*\*Concept:\*\*\s*\S")
+TITLE = re.compile(r"^#{1,6}\s*(Exercise\b|Optional stretch\b)", re.M)
+TOTAL = re.compile(r"^\|\s*\*\*Total\*\*.*?\*\*\s*~?(\d+)\s*min\s*\*\*", re.M)
+MIN_CHARS = 12   # after whitespace is removed; shorter lines (`return pe`, `x = x + y`) are idioms
+MIN_RHS_CHARS = 16   # a right-hand side shorter than this (`nn.Sequential(`) names only an API
+
+# Boilerplate that every nn.Module has; seeing it is not being told the answer.
+# Control-flow headers (`for layer in self.layers:`) and argument-free calls (`loss.backward()`)
+# are idioms too: the contract names them in words, and they carry no answer on their own.
+_BOILERPLATE = re.compile(r"^(super\(\)\.__init__\(\)|def\w+\(.*\):|class\w+(\(.*\))?:|"
+                          r"(import|from)\w.*|raiseNotImplementedError\(\)|pass|else:|try:|"
+                          r"(if|elif|with|for|while)\W?.*:|[\w.]+\(\))$")
+_ASSIGN = re.compile(r"^[\w.\[\], ()*]+?\s*(?:[-+*/@]|//)?=(?!=)\s*(.+)$")
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def solution_lines(assignment: str, root: Path) -> list[str]:
+    """The non-trivial lines a student writes: every solution region's code lines, comments and
+    boilerplate dropped, whitespace removed, at least MIN_CHARS characters."""
+    out = []
+    for cell in C.read(source_notebook(assignment, root)).cells:
+        if cell.cell_type != "code" or not C.is_solution(cell):
+            continue
+        for region in C.regions(cell.source, C.BEGIN_SOLUTION, C.END_SOLUTION):
+            for line in region.splitlines():
+                code = line.split("  #")[0].strip()
+                if not code or code.startswith("#"):
+                    continue
+                flat = _squash(code)
+                if len(flat) >= MIN_CHARS and not _BOILERPLATE.match(flat):
+                    out.append(flat)
+    return out
+
+
+def _fragments(flat_line: str) -> list[str]:
+    """A solution line and, for an assignment or return, its right-hand side: telling a student
+    `scores.masked_fill(mask == 0, float("-inf"))` dictates `scores = scores.masked_fill(...)`."""
+    frags = [flat_line]
+    m = _ASSIGN.match(flat_line)
+    rhs = m.group(1) if m else (flat_line[len("return"):] if flat_line.startswith("return") else None)
+    if rhs and len(rhs) >= MIN_RHS_CHARS and rhs != flat_line and not _BOILERPLATE.match(rhs):
+        frags.append(rhs)
+    return frags
+
+
+def visible_text(assignment: str, root: Path) -> tuple[str, str]:
+    """(text outside hints, text inside hints) of the release notebook, whitespace removed.
+    The given-code cell is excluded: it holds the student's own earlier work."""
+    nb = C.read(release_notebook(assignment, root))
+    outside, inside = [], []
+    for cell in nb.cells:
+        if C.is_given(cell):
+            continue
+        src = cell.source
+        if cell.cell_type == "markdown":
+            inside += HINT_BLOCK.findall(src)
+            src = HINT_BLOCK.sub(" ", src)
+        outside.append(src)
+    return _squash("\n¦".join(outside)), _squash("\n¦".join(inside))
+
+
+def dictation(assignment: str, root: Path | None = None) -> tuple[int, list[str]]:
+    """(number of non-trivial solution lines, the ones readable in the release notebook).
+
+    A line counts as dictated when it, or the right-hand side of its assignment/return, appears
+    in the visible text outside hints, or when the whole line appears inside a hint."""
+    root = root or repo_root()
+    lines = solution_lines(assignment, root)
+    outside, inside = visible_text(assignment, root)
+    leaked = []
+    for flat in dict.fromkeys(lines):
+        where = [f for f in _fragments(flat) if f in outside]
+        if where:
+            leaked.append(f"{flat!r} is readable outside the hints (as {where[-1]!r})")
+        elif flat in inside:
+            leaked.append(f"{flat!r} is written out whole in a hint")
+    return len(lines), leaked
+
+
+def _defines(cell) -> bool:
+    return bool(re.search(r"^\s*(def|class)\s", cell.source, re.M))
+
+
+def exercise_problems(assignment: str, root: Path | None = None) -> list[str]:
+    """Headers, hints, the overview's total and a stretch exercise, on the source notebook."""
+    root = root or repo_root()
+    path = source_notebook(assignment, root)
+    cells = C.read(path).cells
+    problems, minutes = [], 0
+    previous = -1
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code" or not C.is_solution(cell) or not _defines(cell):
+            continue
+        name = C.grade_id(cell)
+        headers = [c for c in cells[previous + 1:i] if c.cell_type == "markdown" and HEADER.search(c.source)]
+        previous = i
+        if not headers:
+            problems.append(f"{path}: exercise {name!r} has no header line "
+                            "'**Difficulty:** n/5 · **Importance:** n/5 · **Time:** ~N min · **Concept:** ...' "
+                            "in a markdown cell above it")
+            continue
+        if not TITLE.search(headers[-1].source):
+            problems.append(f"{path}: the header of {name!r} has no '### Exercise ...' or "
+                            "'### Optional stretch ...' heading")
+        minutes += int(HEADER.search(headers[-1].source).group(3))
+        after = cells[i + 1] if i + 1 < len(cells) else None
+        if after is None or after.cell_type != "markdown" or not re.search(
+                r"<details>\s*<summary>\s*Hint 1", after.source, re.I):
+            problems.append(f"{path}: exercise {name!r} is not followed by a markdown cell of "
+                            "progressive hints ('<details><summary>Hint 1 ...')")
+    totals = [int(m.group(1)) for c in cells if c.cell_type == "markdown" for m in TOTAL.finditer(c.source)]
+    if not totals:
+        problems.append(f"{path}: no overview table with a '| **Total** | ... | **N min** |' row")
+    elif totals[0] != minutes:
+        problems.append(f"{path}: the overview table says {totals[0]} min in all, the exercise "
+                        f"headers add up to {minutes} min")
+    if not any(C.is_autograded_test(c) and (C.grade_id(c) or "").startswith("bonus_") for c in cells):
+        problems.append(f"{path}: no optional stretch exercise (a test cell whose grade id starts "
+                        "with 'bonus_')")
+    return problems
+
+
+# --- Words a student must never read (issue 13) --------------------------------------------
+# The course is built from internal lecture material and run by a team with its own vocabulary;
+# students saw none of it.
+INTERNAL_WORDS = re.compile(
+    r"\bseed (lecture|document|notebook|code|material)s?\b|\bthe seeds?\b|COURSE_SPEC|"
+    r"\bspec(ification)? ?§|\bissue #?\d+|\bbank\b|\bgates?\b|\bsession \d|\bCEO\b",
+    re.I)
+
+
+def internal_words(assignment: str, root: Path | None = None) -> list[str]:
+    root = root or repo_root()
+    path = release_notebook(assignment, root)
+    problems = []
+    for i, cell in enumerate(C.read(path).cells):
+        for m in INTERNAL_WORDS.finditer(cell.source):
+            line = cell.source[:m.start()].count("\n") + 1
+            problems.append(f"{path} cell {i} line {line}: internal word {m.group(0)!r}")
+    return problems
+
+
+def teaching_problems(assignment: str, root: Path | None = None) -> list[str]:
+    """Everything issue 12 and 13 ask of a notebook's text (the dictation gate included)."""
+    root = root or repo_root()
+    total, leaked = dictation(assignment, root)
+    return ([f"{release_notebook(assignment, root)}: solution line {x}" for x in leaked]
+            + exercise_problems(assignment, root) + internal_words(assignment, root))

@@ -29,6 +29,54 @@ def test_gate7_lints(assignment):
     assert not problems, "\n".join(problems)
 
 
+# Gate 8: exercises are contracts, not dictation ----------------------------------------------
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate8_no_solution_line_is_readable_outside_the_hints(assignment):
+    total, leaked = lint.dictation(assignment, ROOT)
+    assert total >= 5, f"{assignment}: only {total} non-trivial solution lines were found"
+    assert not leaked, f"{len(leaked)} of {total} solution lines are dictated:\n" + "\n".join(leaked)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate8_every_exercise_has_a_header_hints_and_the_overview_adds_up(assignment):
+    problems = lint.exercise_problems(assignment, ROOT)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate8_no_internal_words_in_release(assignment):
+    problems = lint.internal_words(assignment, ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_dictation_gate_catches_what_it_should(tmp_path):
+    """The gate itself: a contract passes; a TODO that spells out a line, a right-hand side in
+    markdown, or a whole line in a hint are caught; an idiom is not counted."""
+    import shutil
+    from course import cells as C
+    root = tmp_path / "course"
+    (root / "source" / "x").mkdir(parents=True)
+    (root / "release" / "x").mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+    sol = C.solution("def f(scores, mask):\n    ### TODO: hide the blocked keys (contract only)\n"
+                     "    ### BEGIN SOLUTION\n    scores = scores.masked_fill(mask == 0, float('-inf'))\n"
+                     "    loss.backward()\n    return torch.softmax(scores, dim=-1)\n    ### END SOLUTION", "f")
+    C.write(C.new_notebook([sol]), root / "source" / "x" / "x.ipynb")
+
+    def release(*markdown):
+        stub = C.solution("def f(scores, mask):\n    ### TODO: hide the blocked keys (contract only)\n"
+                          "    raise NotImplementedError()", "f")
+        C.write(C.new_notebook([stub, *map(C.markdown, markdown)]), root / "release" / "x" / "x.ipynb")
+        return lint.dictation("x", root)
+
+    assert release("Use `loss.backward()` and `masked_fill`.") == (2, [])
+    total, leaked = release("Fill with `scores.masked_fill(mask == 0, float('-inf'))` first.")
+    assert total == 2 and len(leaked) == 1 and "outside the hints" in leaked[0]
+    total, leaked = release("<details><summary>Hint 1</summary>\n\nreturn torch.softmax(scores, dim = -1)\n</details>")
+    assert len(leaked) == 1 and "whole in a hint" in leaked[0]
+    assert release("<details><summary>Hint 1</summary>\n\nsoftmax over the last axis\n</details>") == (2, [])
+
+
 # Gates 2, 3, 6 ------------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
