@@ -47,8 +47,13 @@ def colab_url(assignment: str, root: Path) -> str:
 
 
 def badge_text(assignment: str, root: Path) -> str:
-    return (f"[Open this notebook in Google Colab]({colab_url(assignment, root)}) "
-            "(then *Runtime → Change runtime type → GPU*)")
+    """The Colab link; it asks for a GPU runtime only for the notebooks that train on one
+    (`[tool.course] gpu`), so no notebook promises a GPU that it does not use."""
+    import tomllib
+    conf = tomllib.loads((root / "pyproject.toml").read_text()).get("tool", {}).get("course", {})
+    runtime = ("(then *Runtime → Change runtime type → GPU*)" if assignment in conf.get("gpu", [])
+               else "(a CPU runtime is enough)")
+    return f"[Open this notebook in Google Colab]({colab_url(assignment, root)}) {runtime}"
 
 
 def sync_given(root: Path, write: bool = True, only: list[str] | None = None) -> list[str]:

@@ -2,7 +2,10 @@
 
 The code under test is taken from the source notebook itself (the `load_bert` cell that later
 notebooks reuse, the other given cells, the reference solutions and the cells tagged
-`bertviz`), never copied here, so these tests follow the notebook when it changes.
+`bertviz`), never copied here, so these tests follow the notebook when it changes. They also
+check what the notebook's text promises: one Colab link, a static heatmap under every bertviz
+view (for where JavaScript does not run), heads chosen by measurement on the model actually
+loaded, and the fully-masked-row rule of the reference layer.
 """
 from __future__ import annotations
 
@@ -186,3 +189,66 @@ def test_show_view_is_a_saved_locked_cell_that_waits_for_require_js():
     strip = lambda s: re.sub(r"bertviz-[0-9a-f]+", "ID", s)
     for line in strip(bertviz_own).splitlines():
         assert line in strip(html), f"show_view lost a line of bertviz's page: {line!r}"
+
+
+# --- what the text promises -------------------------------------------------------------------
+
+def test_one_colab_link_the_generated_one():
+    cells = _cells()
+    with_link = [i for i, c in enumerate(cells) if "colab.research.google.com" in c.source]
+    assert with_link == [0] and "colab" in C.tags(cells[0]), f"cells with a Colab link: {with_link}"
+
+
+def test_every_bertviz_view_is_followed_by_a_static_heatmap():
+    """Where JavaScript does not run (GitHub preview, nbconvert, offline) a view is empty; the
+    static heatmap of the same layer and head right under it still teaches."""
+    code = [c for c in _cells() if c.cell_type == "code"]
+    views = [i for i, c in enumerate(code) if "show_view(" in c.source and "def show_view" not in c.source]
+    assert len(views) >= 6, f"expected the head, model and neuron views, found {len(views)} view cells"
+    for i in views:
+        after = code[i + 1]
+        assert re.search(r"attention_(heatmap|grid)\(", after.source), (
+            f"the view cell {code[i].get('id')} is not followed by a static heatmap cell:\n{after.source[:300]}")
+        assert "bertviz" in C.tags(after), f"{after.get('id')} must be tagged bertviz (these tests run it)"
+
+
+def _opened_at(html, key):
+    layer = re.search(r'"layer": (\d+)', html)
+    heads = re.search(rf'"{key}": (\[[\d, ]*\]|\d+)', html)
+    return (int(layer.group(1)) if layer else None, heads.group(1) if heads else None)
+
+
+def test_heads_are_chosen_by_measurement_on_the_loaded_model(views):
+    produced, ns = views
+    for name, score in ns["relations"].items():
+        layer, head, value = ns["specialists"][name]
+        assert score[layer, head] == score.max() and value == pytest.approx(score.max().item()), name
+    assert ns["same_word"][ns["layer_same"], ns["head_same"]] == ns["same_word"].max()
+    assert ns["change"][ns["layer_like"], ns["head_like"]] == ns["change"].max()
+    opened = [_opened_at(html, "heads") for name, html in produced if name == "head_view"]
+    assert (ns["layer_same"], f"[{ns['head_same']}]") in opened, opened
+    assert (ns["layer_like"], f"[{ns['head_like']}]") in opened, opened
+    (neuron,) = [html for name, html in produced if name == "show"]
+    assert _opened_at(neuron, "head") == (ns["layer_like"], str(ns["head_like"]))
+
+
+def test_reference_layer_zeroes_fully_blocked_queries_like_the_fused_kernel(views):
+    import torch
+    import torch.nn.functional as F
+    _, ns = views
+    torch.manual_seed(0)
+    m = ns["MultiHeadAttention"](16, 4).eval()
+    x, kv = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    allowed = torch.rand(2, 1, 3, 5) > 0.3
+    allowed[..., 0] = True
+    allowed[0, 0, 1] = False                                   # every key of query 1 blocked
+    split, merge = ns["split_heads"], ns["merge_heads"]
+    with torch.no_grad():
+        out = m(x, kv, kv, allowed)
+        fused = F.scaled_dot_product_attention(split(m.query_matrix(x), 4), split(m.key_matrix(kv), 4),
+                                               split(m.value_matrix(kv), 4), attn_mask=allowed)
+        expected = m.out(merge(fused))
+    assert torch.equal(m.attention_weights[0, :, 1], torch.zeros(4, 5))
+    assert torch.isfinite(m.attention_weights).all()
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert torch.allclose(out[0, 1], m.out.bias)

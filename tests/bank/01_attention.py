@@ -18,7 +18,7 @@ WRONG = [
     Wrong("sin_cos_swapped", "sin on odd columns and cos on even ones",
           {"positional_encoding": [Sub("pe[:, 0::2] = torch.sin(angle)", "pe[:, 0::2] = torch.cos(angle)"),
                                    Sub("pe[:, 1::2] = torch.cos(angle)", "pe[:, 1::2] = torch.sin(angle)")]}, PE),
-    Wrong("doubled_exponent", "the seed lecture's 10000**((2*i)/d) with i already even",
+    Wrong("doubled_exponent", "a common implementation's 10000**((2*i)/d) with i already even",
           {"positional_encoding": Sub("10000 ** (two_i / embed_dim)", "10000 ** ((2 * two_i) / embed_dim)")}, PE),
     Wrong("upper_triangular_causal", "upper-triangular causal mask (sees the future)",
           {"causal_mask": Sub("torch.tril(", "torch.triu(")}, CAUSAL),
@@ -27,6 +27,16 @@ WRONG = [
           CAUSAL),
     Wrong("masked_softmax_off_by_one", "masked_softmax keeps key index == valid_len (<= instead of <)",
           {"masked_softmax": Sub("keep = keys < valid_lens.unsqueeze(-1)", "keep = keys <= valid_lens.unsqueeze(-1)")}, MASKED),
+    Wrong("sdpa_nan_fully_masked", "a query whose mask blocks every key gets NaN (no zeroing after the softmax)",
+          {"scaled_dot_product_attention": Sub("""    if mask is not None:
+        # A fully masked row is all -inf, which the softmax turns into NaN: zero it.
+        weights = weights.masked_fill(mask == 0, 0.0)
+""", "")}, SDPA),
+    Wrong("masked_softmax_nan_zero_length", "masked_softmax gives NaN rows for a valid length of 0",
+          {"masked_softmax": Sub("return weights.masked_fill(~keep, 0.0)", "return weights")}, MASKED),
+    Wrong("embedding_default_init", "nn.Embedding's default N(0, 1) initialisation is kept",
+          {"Embedding": Sub("        nn.init.normal_(self.embed.weight, mean=0.0, std=embed_dim ** -0.5)\n", "")},
+          ["test_Embedding_visible", "test_Embedding_hidden"]),
     Wrong("embedding_scaled", "Embedding multiplies by sqrt(embed_dim) itself",
           {"Embedding": Sub("return self.embed(x)", "return self.embed(x) * self.embed.embedding_dim ** 0.5")},
           ["test_Embedding_visible", "test_Embedding_hidden"]),
@@ -44,9 +54,20 @@ def scaled_dot_product_attention(query, key, value, mask=None):
     if mask is not None:
         scores = torch.where(mask.bool(), scores, torch.full_like(scores, -1e9))
     weights = F.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights * mask.bool()     # -1e9 gives a fully masked row uniform weights: zero them
     return torch.einsum("...qk,...kv->...qv", weights, value), weights
 ''')}),
-    Alternative("looped_pe_numpy", "positional encoding with Python loops and math, as the seed lecture does",
+    Alternative("nan_to_num_fully_masked", "-inf fill, then torch.nan_to_num for fully masked rows",
+                {"scaled_dot_product_attention": Replace('''
+def scaled_dot_product_attention(query, key, value, mask=None):
+    scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(key.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask.bool(), float("-inf"))
+    weights = torch.nan_to_num(F.softmax(scores, dim=-1), nan=0.0)
+    return torch.matmul(weights, value), weights
+''')}),
+    Alternative("looped_pe_numpy", "positional encoding with Python loops and math, as a common implementation does",
                 {"positional_encoding": Replace('''
 def positional_encoding(max_seq_len, embed_dim):
     pe = torch.zeros(max_seq_len, embed_dim, dtype=torch.float64)
@@ -75,7 +96,7 @@ def masked_softmax(scores, valid_lens):
     flat = scores.reshape(-1, shape[-1])
     mask = torch.arange(shape[-1], device=scores.device)[None, :] < valid_lens[:, None]
     flat = flat.masked_fill(~mask, -1e6)
-    return nn.functional.softmax(flat.reshape(shape), dim=-1)
+    return (nn.functional.softmax(flat, dim=-1) * mask).reshape(shape)
 ''')}),
     Alternative("embedding_subclass_style", "Embedding with explicit attribute names and a float mask causal_mask",
                 {"Embedding": Replace('''
@@ -83,6 +104,8 @@ class Embedding(nn.Module):
     def __init__(self, vocab_size, embed_dim):
         super(Embedding, self).__init__()
         self.embed = nn.Embedding(num_embeddings=vocab_size, embedding_dim=embed_dim)
+        with torch.no_grad():
+            self.embed.weight.copy_(torch.randn(vocab_size, embed_dim) / math.sqrt(embed_dim))
 
     def forward(self, x):
         out = self.embed(x)
@@ -91,5 +114,33 @@ class Embedding(nn.Module):
                  "causal_mask": Replace('''
 def causal_mask(size):
     return 1 - torch.triu(torch.ones(size, size), diagonal=1)
+''')}),
+]
+
+BONUS = ["bonus_rotary"]
+
+WRONG += [
+    Wrong("rotary_rotate_half", "rotary embedding pairing column i with i + d/2 ('rotate half') instead of (2i, 2i+1)",
+          {"apply_rotary": Replace('''
+def apply_rotary(x):
+    T, d = x.shape[-2], x.shape[-1]
+    theta = torch.arange(T, dtype=torch.float64)[:, None] / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+''')}, BONUS),
+    Wrong("rotary_absolute_offset", "rotary angles use position + 1 (position 0 rotated, still relative)",
+          {"apply_rotary": Sub("theta = position * inv_freq", "theta = (position + 1) * inv_freq")}, BONUS),
+]
+
+ALTERNATIVES += [
+    Alternative("rotary_complex", "rotary embedding with complex numbers (view_as_complex and polar)",
+                {"apply_rotary": Replace('''
+def apply_rotary(x):
+    T, d = x.shape[-2:]
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=x.device).double() / d))
+    angles = torch.outer(torch.arange(T, device=x.device).double(), inv)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).reshape(x.shape).to(x.dtype)
 ''')}),
 ]

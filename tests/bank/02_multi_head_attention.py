@@ -5,18 +5,19 @@ SPLIT = ["test_split_heads_visible", "test_split_heads_hidden"]
 MERGE = ["test_merge_heads_visible", "test_merge_heads_hidden"]
 MHA = ["test_MultiHeadAttention_visible", "test_MultiHeadAttention_hidden"]
 BERT = ["test_mha_from_bert_visible", "test_mha_from_bert_hidden"]
+BONUS = ["bonus_grouped_query_attention"]
 
 WRONG = [
-    # split_heads / merge_heads (MultiHeadAttention and mha_from_bert call them, so they fail too)
+    # split_heads / merge_heads (MultiHeadAttention, mha_from_bert and the stretch call them, so they fail too)
     Wrong("split_without_transpose", "split_heads views x as (B, n_heads, T, d) without the transpose",
           edits={"split_heads": Sub("return x.view(B, T, n_heads, embed_dim // n_heads).transpose(1, 2)",
                                     "return x.view(B, n_heads, T, embed_dim // n_heads)")},
-          loses=SPLIT + MHA + BERT),
+          loses=SPLIT + MHA + BERT + BONUS),
     Wrong("merge_without_transpose", "merge_heads reshapes (B, H, T, d) to (B, T, H*d) without transposing back",
           edits={"merge_heads": Sub("x.transpose(1, 2).reshape(B, T, n_heads * d)", "x.reshape(B, T, n_heads * d)")},
           # the weights stay right (the visible BERT check); the output of a BertAttention copy is wrong
-          loses=MERGE + MHA + ["test_mha_from_bert_hidden"]),
-    # MultiHeadAttention
+          loses=MERGE + MHA + ["test_mha_from_bert_hidden"] + BONUS),
+    # MultiHeadAttention.forward
     Wrong("no_output_projection", "forgets the output projection W^O",
           edits={"MultiHeadAttention": Sub("return self.out(merge_heads(context))", "return merge_heads(context)")},
           loses=MHA + ["test_mha_from_bert_hidden"]),
@@ -34,19 +35,35 @@ WRONG = [
           edits={"MultiHeadAttention": Sub("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")},
           loses=MHA + BERT),
     Wrong("mask_ignored", "never applies the mask",
-          edits={"MultiHeadAttention": Sub('scores = scores.masked_fill(mask == 0, float("-inf"))', "pass")},
-          loses=["test_MultiHeadAttention_hidden"]),
+          edits={"MultiHeadAttention": [Sub('scores = scores.masked_fill(blocked, float("-inf"))', "pass"),
+                                        Sub("weights = weights.masked_fill(blocked, 0.0)", "pass")]},
+          loses=MHA),
     Wrong("mask_bitwise_not", "uses ~mask, which fails for 0/1 integer masks",
-          edits={"MultiHeadAttention": Sub('scores.masked_fill(mask == 0, float("-inf"))',
-                                           'scores.masked_fill(~mask, float("-inf"))')},
+          edits={"MultiHeadAttention": Sub("blocked = mask == 0", "blocked = ~mask")},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("mask_3d_without_head_axis", "lets a (B, T_q, T_k) mask broadcast as it is (B lands on the head axis)",
+          edits={"MultiHeadAttention": Sub("blocked = blocked.unsqueeze(1)", "pass")},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("fully_masked_rows_nan", "leaves NaN in the weights of a query whose keys are all blocked",
+          edits={"MultiHeadAttention": Sub("weights = weights.masked_fill(blocked, 0.0)", "pass")},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("large_negative_fill_only", "fills blocked scores with -1e9 and stops there: a fully blocked query "
+          "gets uniform weights instead of zeros",
+          edits={"MultiHeadAttention": [Sub('scores.masked_fill(blocked, float("-inf"))', "scores.masked_fill(blocked, -1e9)"),
+                                        Sub("weights = weights.masked_fill(blocked, 0.0)", "pass")]},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("additive_inf_mask", "adds -inf to blocked scores: the forward pass is right, but a fully blocked "
+          "query sends NaN gradients back",
+          edits={"MultiHeadAttention": Sub('scores = scores.masked_fill(blocked, float("-inf"))',
+                                           'scores = scores + torch.zeros_like(scores).masked_fill(blocked, float("-inf"))')},
           loses=["test_MultiHeadAttention_hidden"]),
     Wrong("tq_tk_broken", "merges the heads with the key length, so T_q != T_k fails (cross-attention)",
           edits={"MultiHeadAttention": Sub(
               "return self.out(merge_heads(context))",
               "return self.out(context.transpose(1, 2).reshape(key.size(0), key.size(1), self.embed_dim))")},
           loses=MHA),
-    Wrong("seed_shared_small_linear",
-          "the seed lecture's bug: splits the input first, then one small Linear(d, d) shared by all heads",
+    Wrong("shared_small_linear",
+          "the common mistake: splits the input first, then one small Linear(d, d) shared by all heads",
           edits={"MultiHeadAttention": Replace('''
 class MultiHeadAttention(nn.Module):
     def __init__(self, embed_dim=512, n_heads=8, dropout=0.0):
@@ -92,10 +109,20 @@ class MultiHeadAttention(nn.Module):
           edits={"mha_from_bert": Sub("if dense is not None:", "if False:")},
           loses=["test_mha_from_bert_hidden"]),
     # theory questions
-    Wrong("q1_wrong", "answers question 1 with the seed's per-head 64 x 64 count",
+    Wrong("q1_wrong", "answers question 1 with the per-head 64 x 64 count of the common mistake",
           edits={"answer_q1": Sub('answer_q1 = "c"', 'answer_q1 = "a"')}, loses=["test_answer_q1"]),
     Wrong("q2_wrong", "answers question 2 with 'nothing changes'",
           edits={"answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "d"')}, loses=["test_answer_q2"]),
+    # the optional stretch
+    Wrong("gqa_tiled_heads", "grouped-query attention tiles the key/value heads (0, 1, 0, 1) instead of repeating "
+          "each in place (0, 0, 1, 1)",
+          edits={"GroupedQueryAttention": [Sub("k = k.repeat_interleave(g, dim=1)", "k = k.repeat(1, g, 1, 1)"),
+                                           Sub("v = v.repeat_interleave(g, dim=1)", "v = v.repeat(1, g, 1, 1)")]},
+          loses=BONUS),
+    Wrong("gqa_mask_ignored", "grouped-query attention ignores the mask",
+          edits={"GroupedQueryAttention": [Sub('scores = scores.masked_fill(blocked, float("-inf"))', "pass"),
+                                           Sub("weights = weights.masked_fill(blocked, 0.0)", "pass")]},
+          loses=BONUS),
 ]
 
 _HEAD = '''
@@ -115,12 +142,24 @@ class MultiHeadAttention(nn.Module):
         self.attention_weights = None
 '''
 
+_GQA_HEAD = '''
+class GroupedQueryAttention(nn.Module):
+    def __init__(self, embed_dim=512, n_heads=8, n_kv_heads=2, dropout=0.0):
+        super().__init__()
+        self.embed_dim, self.n_heads, self.n_kv_heads = embed_dim, n_heads, n_kv_heads
+        self.single_head_dim = embed_dim // n_heads
+        self.query_matrix = nn.Linear(embed_dim, embed_dim)
+        self.key_matrix = nn.Linear(embed_dim, n_kv_heads * self.single_head_dim)
+        self.value_matrix = nn.Linear(embed_dim, n_kv_heads * self.single_head_dim)
+        self.out = nn.Linear(embed_dim, embed_dim)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+'''
+
 ALTERNATIVES = [
-    Alternative("loop_over_heads", "a Python loop over the heads, slicing each head's 64 features",
+    Alternative("loop_over_heads", "a Python loop over the heads, slicing each head's 64 features; nan_to_num",
                 edits={"MultiHeadAttention": Replace(_HEAD + '''
     def forward(self, query, key, value, mask=None):
-        if mask is not None and mask.dim() == 3:
-            mask = mask.unsqueeze(1)
         q, k, v = self.query_matrix(query), self.key_matrix(key), self.value_matrix(value)
         d = self.single_head_dim
         outputs, weights = [], []
@@ -128,9 +167,9 @@ ALTERNATIVES = [
             cols = slice(h * d, (h + 1) * d)
             scores = q[..., cols] @ k[..., cols].transpose(-2, -1) / math.sqrt(d)   # (B, T_q, T_k)
             if mask is not None:
-                m = mask if mask.dim() < 3 else mask[:, 0]          # drop the head axis
+                m = mask if mask.dim() < 4 else mask[:, 0]          # drop the head axis
                 scores = scores.masked_fill(m == 0, float("-inf"))
-            w = torch.softmax(scores, dim=-1)
+            w = torch.nan_to_num(torch.softmax(scores, dim=-1))     # all blocked: NaN -> 0
             weights.append(w)
             outputs.append(self.dropout(w) @ v[..., cols])
         self.attention_weights = torch.stack(weights, dim=1)
@@ -151,6 +190,8 @@ ALTERNATIVES = [
         if mask is not None:
             scores = torch.where(mask.bool(), scores, torch.full_like(scores, -1e9))
         w = scores.softmax(dim=-1)
+        if mask is not None:
+            w = torch.where(mask.bool(), w, torch.zeros_like(w))
         self.attention_weights = w
         context = torch.einsum("bhqk,bkhd->bqhd", self.dropout(w), v).reshape(B, Tq, H * d)
         return self.out(context)
@@ -167,7 +208,7 @@ ALTERNATIVES = [
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.single_head_dim)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
-        self.attention_weights = torch.softmax(scores, dim=-1)
+        self.attention_weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
                                                  dropout_p=self.dropout.p if self.training else 0.0)
         return self.out(merge_heads(context))
@@ -216,4 +257,42 @@ def mha_from_bert(bert_attention_layer):
 '''),
                        "answer_q1": Replace('answer_q1 = "C"'),
                        "answer_q2": Replace('answer_q2 = " b "')}),
+    Alternative("gqa_broadcast_groups", "grouped-query attention without copies: queries viewed as "
+                "(B, n_kv_heads, g, T_q, d), keys and values broadcast over the group axis",
+                edits={"GroupedQueryAttention": Replace(_GQA_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        B, Tq, _ = query.shape
+        Tk = key.size(1)
+        G, d = self.n_kv_heads, self.single_head_dim
+        g = self.n_heads // G
+        q = self.query_matrix(query).view(B, Tq, G, g, d).permute(0, 2, 3, 1, 4)   # (B, G, g, T_q, d)
+        k = self.key_matrix(key).view(B, Tk, G, 1, d).permute(0, 2, 3, 1, 4)       # (B, G, 1, T_k, d)
+        v = self.value_matrix(value).view(B, Tk, G, 1, d).permute(0, 2, 3, 1, 4)
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(d)).reshape(B, self.n_heads, Tq, Tk)
+        if mask is not None:
+            allowed = mask.unsqueeze(1) if mask.dim() == 3 else mask
+            scores = scores.masked_fill(allowed == 0, float("-inf"))
+        w = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            w = w.masked_fill(allowed == 0, 0.0)
+        self.attention_weights = w
+        context = self.dropout(w).view(B, G, g, Tq, Tk) @ v                        # (B, G, g, T_q, d)
+        return self.out(context.reshape(B, self.n_heads, Tq, d).transpose(1, 2).reshape(B, Tq, self.embed_dim))
+''')}),
+    Alternative("gqa_fused", "grouped-query attention with F.scaled_dot_product_attention(enable_gqa=True), "
+                "the weights computed alongside",
+                edits={"GroupedQueryAttention": Replace(_GQA_HEAD + '''
+    def forward(self, query, key, value, mask=None):
+        q = split_heads(self.query_matrix(query), self.n_heads)
+        k = split_heads(self.key_matrix(key), self.n_kv_heads)
+        v = split_heads(self.value_matrix(value), self.n_kv_heads)
+        allowed = None if mask is None else ((mask.unsqueeze(1) if mask.dim() == 3 else mask) != 0)
+        expanded = torch.repeat_interleave(k, self.n_heads // self.n_kv_heads, dim=1)
+        scores = q @ expanded.transpose(-2, -1) * self.single_head_dim ** -0.5
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        self.attention_weights = torch.nan_to_num(scores.softmax(-1))
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+        return self.out(merge_heads(context))
+''')}),
 ]

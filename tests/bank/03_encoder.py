@@ -11,9 +11,13 @@ BLOCK = ["test_transformer_block_visible", "test_transformer_block_hidden"]
 ENCODER = ["test_transformer_encoder_visible", "test_transformer_encoder_hidden"]
 BERT = ["test_load_bert_weights_visible", "test_load_bert_weights_hidden"]
 BERT_VISIBLE = ["test_load_bert_weights_visible"]
+STRETCH = ["bonus_pre_ln_block"]
 
 POST_LN = ("        x = self.norm1(query + self.dropout1(self.attention(query, key, value, mask)))\n"
            "        return self.norm2(x + self.dropout2(self.feed_forward(x)))")
+STRETCH_FORWARD = ("        normed = self.norm1(x)\n"
+                   "        y = x + self.dropout1(self.attention(normed, normed, normed, mask))\n"
+                   "        return y + self.dropout2(self.feed_forward(self.norm2(y)))")
 PRE_LN = ("        x = query + self.dropout1(self.attention(self.norm1(query), self.norm1(key), self.norm1(value), mask))\n"
           "        return x + self.dropout2(self.feed_forward(self.norm2(x)))")
 
@@ -26,47 +30,63 @@ WRONG = [
           BLOCK + BERT_VISIBLE),
     Wrong("pre_ln", "pre-LN block (x + F(LN(x))) instead of the paper's post-LN",
           {"transformer_block": Sub(POST_LN, PRE_LN)}, BLOCK + BERT_VISIBLE),
-    Wrong("residual_with_value", "the seed lecture's residual: value + attention instead of query + attention",
+    Wrong("residual_with_value", "a common implementation's residual: value + attention instead of query + attention",
           {"transformer_block": Sub("self.norm1(query +", "self.norm1(value +")}, BLOCK),
     Wrong("ffn_ignores_activation", "the feed-forward network hard-codes nn.ReLU() instead of activation()",
-          {"transformer_block": Sub("            activation(),\n", "            nn.ReLU(),\n")},
+          {"transformer_block": Sub("nn.Linear(embed_dim, hidden), activation(),", "nn.Linear(embed_dim, hidden), nn.ReLU(),")},
           BLOCK + BERT_VISIBLE),
     Wrong("mask_not_passed", "the block never passes mask to the attention",
           {"transformer_block": Sub("self.attention(query, key, value, mask)", "self.attention(query, key, value)")},
           BLOCK + BERT_VISIBLE),
     Wrong("shared_layers", "the encoder's layers are one block repeated: [block] * num_layers",
           {"transformer_encoder": Sub(
-              "nn.ModuleList(\n            [TransformerBlock(embed_dim, expansion_factor, n_heads, dropout) "
-              "for _ in range(num_layers)]\n        )",
-              "nn.ModuleList([TransformerBlock(embed_dim, expansion_factor, n_heads, dropout)] * num_layers)")},
+              "[TransformerBlock(embed_dim, expansion_factor, n_heads, dropout) for _ in range(num_layers)]",
+              "[TransformerBlock(embed_dim, expansion_factor, n_heads, dropout)] * num_layers")},
           ["test_transformer_encoder_hidden"]),
     Wrong("no_positional_encoding", "the encoder skips the positional encoder",
           {"transformer_encoder": Sub("out = self.positional_encoder(self.embedding_layer(x))",
                                       "out = self.embedding_layer(x)")}, ENCODER),
     Wrong("encoder_mask_not_passed", "the encoder does not pass the mask to its layers",
-          {"transformer_encoder": Sub("out = layer(out, out, out, mask)", "out = layer(out, out, out)")},
+          {"transformer_encoder": Sub("out = block(out, out, out, mask)", "out = block(out, out, out)")},
           ["test_transformer_encoder_hidden"]),
     Wrong("layers_not_chained", "every layer reads the embeddings instead of the previous layer's output",
           {"transformer_encoder": [Sub("out = self.positional_encoder(self.embedding_layer(x))",
                                        "x0 = self.positional_encoder(self.embedding_layer(x))"),
-                                   Sub("out = layer(out, out, out, mask)", "out = layer(x0, x0, x0, mask)")]},
+                                   Sub("out = block(out, out, out, mask)", "out = block(x0, x0, x0, mask)")]},
           ENCODER),
     Wrong("bert_no_token_type", "the loader forgets the token-type embeddings",
-          {"load_bert_weights": Sub("        copy_module(model.token_type_embeddings, emb.token_type_embeddings)\n", "")},
+          {"load_bert_weights": Sub("        (model.token_type_embeddings, hf_bert.embeddings.token_type_embeddings),\n", "")},
           BERT),
     Wrong("bert_no_embedding_norm", "the loader forgets the embedding LayerNorm",
-          {"load_bert_weights": Sub("        copy_module(model.embedding_norm, emb.LayerNorm)\n", "")}, BERT),
+          {"load_bert_weights": Sub("        (model.embedding_norm, hf_bert.embeddings.LayerNorm),\n", "")}, BERT),
     Wrong("bert_swapped_norms", "the loader swaps the two LayerNorms of each block",
           {"load_bert_weights": [
-              Sub("copy_module(block.norm1, layer.attention.output.LayerNorm)", "copy_module(block.norm1, layer.output.LayerNorm)"),
-              Sub("copy_module(block.norm2, layer.output.LayerNorm)", "copy_module(block.norm2, layer.attention.output.LayerNorm)")]},
+              Sub("(block.norm1, layer.attention.output.LayerNorm)", "(block.norm1, layer.output.LayerNorm)"),
+              Sub("(block.norm2, layer.output.LayerNorm)", "(block.norm2, layer.attention.output.LayerNorm)")]},
           BERT),
     Wrong("bert_reversed_copy", "the loader copies in the wrong direction (from model into hf_bert)",
           {"load_bert_weights": Sub("ours.load_state_dict(theirs.state_dict())", "theirs.load_state_dict(ours.state_dict())")},
           BERT),
     Wrong("bert_no_biases", "the loader copies weights but not biases",
           {"load_bert_weights": Sub("ours.load_state_dict(theirs.state_dict())",
-                                    "ours.weight.copy_(theirs.weight)")}, BERT),
+                                    "ours.weight.data.copy_(theirs.weight.data)")}, BERT),
+    Wrong("shared_layer_norm", "one LayerNorm for both sublayers: self.norm2 = self.norm1",
+          {"transformer_block": Sub("        self.norm2 = nn.LayerNorm(embed_dim)\n", "        self.norm2 = self.norm1\n")},
+          BLOCK + BERT_VISIBLE),
+    Wrong("stretch_post_ln", "the optional pre-LN block normalises after the residual add (post-LN)",
+          {"pre_ln_block": Sub(STRETCH_FORWARD,
+                               "        y = self.norm1(x + self.dropout1(self.attention(x, x, x, mask)))\n"
+                               "        return self.norm2(y + self.dropout2(self.feed_forward(y)))")},
+          STRETCH),
+    Wrong("stretch_residual_normalised", "the optional pre-LN block adds the normalised copy LN(x) as the residual",
+          {"pre_ln_block": Sub("y = x + self.dropout1(", "y = normed + self.dropout1(")}, STRETCH),
+    Wrong("stretch_final_norm", "the optional pre-LN block applies norm2 again after the last add",
+          {"pre_ln_block": Sub("return y + self.dropout2(self.feed_forward(self.norm2(y)))",
+                               "return self.norm2(y + self.dropout2(self.feed_forward(self.norm2(y))))")},
+          STRETCH),
+    Wrong("stretch_ignores_activation", "the optional pre-LN block hard-codes nn.ReLU()",
+          {"pre_ln_block": Sub("nn.Linear(embed_dim, hidden), activation(),", "nn.Linear(embed_dim, hidden), nn.ReLU(),")},
+          STRETCH),
     Wrong("wrong_answers", "all multiple-choice answers wrong",
           {"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "a"'),
            "answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
@@ -206,6 +226,17 @@ def load_bert_weights(model, hf_bert):
         take(block.norm2, layer.output.LayerNorm)
 '''
 
+PRE_LN_SUBCLASS = '''
+class PreLNTransformerBlock(TransformerBlock):
+    """Reuses TransformerBlock's constructor; only the order of the operations changes."""
+
+    def forward(self, x, mask=None):
+        a = self.norm1(x)
+        x = x + self.dropout1(self.attention(a, a, a, mask=mask))
+        f = self.feed_forward(self.norm2(x))
+        return x + self.dropout2(f)
+'''
+
 ALTERNATIVES = [
     Alternative("block_stepwise", "block with named intermediate steps, keyword arguments, nn.Sequential(*list)",
                 {"transformer_block": Replace(BLOCK_STEPWISE)}),
@@ -219,6 +250,8 @@ ALTERNATIVES = [
                 {"load_bert_weights": Replace(LOADER_STATE_DICT)}),
     Alternative("loader_param_data_no_return", "loader assigning .data clones, returning nothing",
                 {"load_bert_weights": Replace(LOADER_DATA)}),
+    Alternative("stretch_subclass", "the optional pre-LN block as a subclass of TransformerBlock",
+                {"pre_ln_block": Replace(PRE_LN_SUBCLASS)}),
     Alternative("answers_upper_case", "multiple-choice answers in capitals with spaces",
                 {"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = " B "'),
                  "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "A"')}),

@@ -7,13 +7,14 @@ DECODER = ["test_TransformerDecoder_visible", "test_TransformerDecoder_hidden"]
 MODEL = ["test_Transformer_visible", "test_Transformer_hidden"]
 GREEDY = ["test_greedy_decode_visible", "test_greedy_decode_hidden"]
 GPT = ["test_DecoderOnlyTransformer_visible", "test_DecoderOnlyTransformer_hidden"]
+BONUS = ["bonus_beam_search"]
 
 WRONG = [
     # ---- DecoderBlock
     Wrong("block_ignores_tgt_mask", "decoder block: masked self-attention called without the target mask",
           edits={"DecoderBlock": Sub("self.attention(x, x, x, tgt_mask)", "self.attention(x, x, x)")},
           loses=BLOCK + MODEL),
-    Wrong("block_seed_wiring", "the seed lecture's wiring: self-attention over the encoder output, "
+    Wrong("block_seed_wiring", "a common implementation's wiring: self-attention over the encoder output, "
           "residual on the encoder stream, encoder-derived values in the cross-attention",
           edits={"DecoderBlock": Sub(
               "        x = self.norm(x + self.dropout(self.attention(x, x, x, tgt_mask)))\n"
@@ -30,7 +31,7 @@ WRONG = [
                                      "self.transformer_block(x, enc_out, enc_out)")},
           loses=["test_DecoderBlock_hidden", "test_Transformer_hidden"]),
     # ---- TransformerDecoder
-    Wrong("decoder_returns_softmax", "the decoder returns softmax probabilities instead of logits (seed lecture)",
+    Wrong("decoder_returns_softmax", "the decoder returns softmax probabilities instead of logits (a common implementation)",
           edits={"TransformerDecoder": Sub("return self.fc_out(x)", "return torch.softmax(self.fc_out(x), dim=-1)")},
           loses=DECODER + ["test_Transformer_hidden"]),
     Wrong("decoder_no_positions", "the decoder forgets the positional encoding",
@@ -55,21 +56,21 @@ WRONG = [
           edits={"Transformer": Sub("self.make_trg_mask(trg), src_mask)", "self.make_trg_mask(trg))")},
           loses=["test_Transformer_hidden"]),
     # ---- greedy_decode
-    Wrong("greedy_last_token_only", "decoding feeds back only the last predicted token (seed lecture)",
+    Wrong("greedy_last_token_only", "decoding feeds back only the last predicted token (a common implementation)",
           edits={"greedy_decode": Sub(
-              "        logits = model.decoder(ys, enc_out, model.make_trg_mask(ys))",
+              "        logits = model.decoder(ys, memory, model.make_trg_mask(ys), src_mask)",
               "        last = ys[:, -1:]\n"
-              "        logits = model.decoder(last, enc_out, model.make_trg_mask(last))")},
+              "        logits = model.decoder(last, memory, model.make_trg_mask(last), src_mask)")},
           loses=GREEDY),
-    Wrong("greedy_batch_of_one", "decoding that works only for a batch of one (.item(), seed lecture)",
+    Wrong("greedy_batch_of_one", "decoding that works only for a batch of one (.item(), a common implementation)",
           edits={"greedy_decode": Replace('''
 @torch.no_grad()
-def greedy_decode(model, src, max_len, sos_idx, eos_idx):
-    enc_out = model.encoder(src)
+def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
+    enc_out = model.encoder(src, src_mask)
     tokens = [sos_idx]
     while len(tokens) < max_len:
         ys = torch.tensor([tokens], device=src.device)
-        logits = model.decoder(ys, enc_out, model.make_trg_mask(ys))
+        logits = model.decoder(ys, enc_out, model.make_trg_mask(ys), src_mask)
         tokens.append(logits[:, -1].argmax(dim=-1).item())
         if tokens[-1] == eos_idx:
             break
@@ -77,20 +78,41 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx):
 ''')},
           loses=GREEDY),
     Wrong("greedy_no_eos_padding", "finished rows keep the model's predictions after their eos",
-          edits={"greedy_decode": Sub("        next_token = next_token.masked_fill(finished, eos_idx)\n", "")},
+          edits={"greedy_decode": Sub(".argmax(dim=-1).masked_fill(done, eos_idx)", ".argmax(dim=-1)")},
           loses=GREEDY),
     Wrong("greedy_no_causal_mask", "decoding without a causal mask for the prefix",
-          edits={"greedy_decode": Sub("model.decoder(ys, enc_out, model.make_trg_mask(ys))",
-                                      "model.decoder(ys, enc_out)")},
+          edits={"greedy_decode": Sub("model.decoder(ys, memory, model.make_trg_mask(ys), src_mask)",
+                                      "model.decoder(ys, memory, None, src_mask)")},
           loses=GREEDY),
     Wrong("greedy_no_early_stop", "decoding always runs to max_len instead of stopping when every row has eos",
-          edits={"greedy_decode": Sub("while ys.size(1) < max_len and not finished.all():",
+          edits={"greedy_decode": Sub("while ys.size(1) < max_len and not done.all():",
                                       "while ys.size(1) < max_len:")},
           loses=GREEDY),
     Wrong("greedy_stops_at_first_eos", "decoding stops when any row (not every row) has produced eos",
-          edits={"greedy_decode": Sub("while ys.size(1) < max_len and not finished.all():",
-                                      "while ys.size(1) < max_len and not finished.any():")},
+          edits={"greedy_decode": Sub("while ys.size(1) < max_len and not done.all():",
+                                      "while ys.size(1) < max_len and not done.any():")},
           loses=GREEDY),
+    Wrong("greedy_ignores_src_mask", "decoding ignores src_mask: the padding is read as words",
+          edits={"greedy_decode": [Sub("model.encoder(src, src_mask)", "model.encoder(src)"),
+                                   Sub("model.make_trg_mask(ys), src_mask)", "model.make_trg_mask(ys))")]},
+          loses=GREEDY),
+    Wrong("greedy_src_mask_decoder_only", "the source mask reaches the decoder's cross-attention but not the encoder",
+          edits={"greedy_decode": Sub("model.encoder(src, src_mask)", "model.encoder(src)")},
+          loses=GREEDY),
+    Wrong("greedy_src_mask_encoder_only", "the source mask reaches the encoder but not the decoder's cross-attention",
+          edits={"greedy_decode": Sub("model.make_trg_mask(ys), src_mask)", "model.make_trg_mask(ys))")},
+          loses=GREEDY),
+    # ---- beam_search (optional stretch, bonus cell)
+    Wrong("beam_adds_probabilities", "beam search adds probabilities instead of log-probabilities",
+          edits={"beam_search": Sub("step = logits[:, -1].log_softmax(dim=-1)", "step = logits[:, -1].softmax(dim=-1)")},
+          loses=BONUS),
+    Wrong("beam_extends_finished", "beam search keeps extending finished hypotheses (and scoring what follows eos)",
+          edits={"beam_search": Sub("candidates = torch.where(ended[:, None], frozen, grown).flatten()",
+                                    "candidates = grown.flatten()")},
+          loses=BONUS),
+    Wrong("beam_ignores_src_mask", "beam search ignores the source mask",
+          edits={"beam_search": Sub("row_mask = None if src_mask is None else src_mask[b:b + 1]", "row_mask = None")},
+          loses=BONUS),
     # ---- DecoderOnlyTransformer
     Wrong("gpt_no_causal_mask", "a decoder-only model with no causal mask",
           edits={"DecoderOnlyTransformer": Sub("h = layer(h, h, h, mask)", "h = layer(h, h, h)")},
@@ -119,14 +141,15 @@ ALTERNATIVES = [
                     "        x1 = self.norm(self.dropout(attended) + x)\n"
                     "        out = self.transformer_block(query=x1, key=enc_out, value=enc_out, mask=src_mask)\n"
                     "        return out")}),
-    Alternative("decoder_plain_embedding", "nn.Embedding as the word embedding and an index loop over the layers",
+    Alternative("decoder_plain_embedding", "nn.Embedding (initialised as notebook 01's Embedding) as the word embedding and an index loop over the layers",
                 edits={"TransformerDecoder": [
                     Sub("self.word_embedding = Embedding(target_vocab_size, embed_dim)",
-                        "self.word_embedding = nn.Embedding(target_vocab_size, embed_dim)"),
+                        "self.word_embedding = nn.Embedding(target_vocab_size, embed_dim)\n"
+                        "        nn.init.normal_(self.word_embedding.weight, std=embed_dim ** -0.5)  # as notebook 01"),
                     Sub("        for layer in self.layers:\n            x = layer(x, enc_out, tgt_mask, src_mask)",
                         "        for i in range(len(self.layers)):\n"
                         "            x = self.layers[i](x, enc_out, tgt_mask=tgt_mask, src_mask=src_mask)")]}),
-    Alternative("model_seed_style_mask", "make_trg_mask as in the seed: 0/1 floats expanded to (B, 1, T, T)",
+    Alternative("model_seed_style_mask", "make_trg_mask as in a common implementation: 0/1 floats expanded to (B, 1, T, T)",
                 edits={"Transformer": Sub(
                     "return causal_mask(trg.size(1)).to(trg.device)[None, None]",
                     "batch_size, trg_len = trg.shape\n"
@@ -135,34 +158,67 @@ ALTERNATIVES = [
     Alternative("greedy_loop_over_rows", "greedy decoding with a python loop over the rows, then eos padding",
                 edits={"greedy_decode": Replace('''
 @torch.no_grad()
-def greedy_decode(model, src, max_len, sos_idx, eos_idx):
+def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
     rows = []
     for i in range(src.size(0)):
-        enc_out = model.encoder(src[i:i + 1])
+        row_mask = None
+        if src_mask is not None:
+            row_mask = torch.broadcast_to(torch.as_tensor(src_mask), (src.size(0), 1, 1, src.size(1)))[i:i + 1]
+        enc_out = model.encoder(src[i:i + 1], row_mask)
         row = [sos_idx]
         while len(row) < max_len and row[-1] != eos_idx:
             ys = torch.tensor([row], device=src.device)
-            logits = model.decoder(ys, enc_out, causal_mask(len(row)).to(src.device))
+            logits = model.decoder(ys, enc_out, causal_mask(len(row)).to(src.device), row_mask)
             row.append(int(logits[0, -1].argmax()))
         rows.append(row)
     width = max(len(row) for row in rows)
     return torch.tensor([row + [eos_idx] * (width - len(row)) for row in rows], device=src.device)
 ''')}),
-    Alternative("greedy_calls_forward", "greedy decoding through model(src, ys) with torch.where for finished rows",
+    Alternative("greedy_calls_forward", "greedy decoding through model(src, ys, src_mask) with torch.where for finished rows",
                 edits={"greedy_decode": Replace('''
 @torch.no_grad()
-def greedy_decode(model, src, max_len, sos_idx, eos_idx):
+def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
     B = src.shape[0]
     ys = torch.full((B, 1), sos_idx, dtype=torch.long, device=src.device)
     done = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(max_len - 1):
         if bool(done.all()):
             break
-        best = model(src, ys)[:, -1, :].argmax(-1)
+        best = model(src, ys, src_mask)[:, -1, :].argmax(-1)
         best = torch.where(done, torch.full_like(best, eos_idx), best)
         ys = torch.cat((ys, best[:, None]), dim=1)
         done = done | (best == eos_idx)
     return ys
+''')}),
+    Alternative("beam_lists", "beam search with python lists of (score, tokens), one decoder call per hypothesis",
+                edits={"beam_search": Replace('''
+@torch.no_grad()
+def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None):
+    results = []
+    for b in range(src.size(0)):
+        mask = None
+        if src_mask is not None:
+            mask = torch.broadcast_to(src_mask, (src.size(0), 1, 1, src.size(1)))[b:b + 1]
+        enc_out = model.encoder(src[b:b + 1], mask)
+        beam = [(0.0, [sos_idx])]
+        while True:
+            unfinished = [seq for _, seq in beam if seq[-1] != eos_idx]
+            if not unfinished or len(unfinished[0]) >= max_len:
+                break
+            candidates = []
+            for score, seq in beam:
+                if seq[-1] == eos_idx:
+                    candidates.append((score, seq))
+                    continue
+                ys = torch.tensor([seq], device=src.device)
+                logits = model.decoder(ys, enc_out, causal_mask(len(seq)).to(src.device), mask)[0, -1]
+                for token, lp in enumerate(torch.log_softmax(logits, dim=-1).tolist()):
+                    candidates.append((score + lp, seq + [token]))
+            candidates.sort(key=lambda c: c[0], reverse=True)
+            beam = candidates[:beam_size]
+        results.append(max(beam, key=lambda c: c[0])[1])
+    width = max(len(r) for r in results)
+    return torch.tensor([r + [eos_idx] * (width - len(r)) for r in results], device=src.device)
 ''')}),
     Alternative("gpt_triu_mask", "decoder-only mask built with torch.triu(..., 1) == 0",
                 edits={"DecoderOnlyTransformer": Sub(
