@@ -71,3 +71,13 @@ else:
         "course.feedback.HideHiddenTests",
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
+
+# The gradebook: gradebook.db (SQLite) unless `course db start` / `course db use URL` recorded a
+# PostgreSQL URL in .gradebook-url (git-ignored, readable by the instructor only); then
+# `nbgrader export`, formgrader and `course grade` all use that one gradebook (course/db.py).
+import os as _os  # noqa: E402
+
+_url_file = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), ".gradebook-url")  # noqa: F821
+if _os.path.exists(_url_file):
+    with open(_url_file) as _f:
+        c.CourseDirectory.db_url = _f.read().strip()

@@ -3,7 +3,8 @@
 Every ratio is measured side by side in one run (reference and PyTorch interleaved, median of
 repeats), because these machines are noisy. Run: `course bench` (or `python benchmarks/bench.py`).
 Options: --quick (smaller shapes), --no-grading (skip the notebook timings), --device cuda,
---threads N.
+--threads N; --scale (only the class throughput of the whole five-notebook course: 1 and 2
+local workers and a Dask cluster of 2 workers, and a projection to --project students).
 """
 from __future__ import annotations
 
@@ -185,6 +186,87 @@ def throughput_rows(class_size: int, assignment: str = "01_attention"):
     return rows
 
 
+def scale_rows(class_size: int, dask_workers: int = 2):
+    """Whole-course class throughput, every score into the course's one gradebook.
+
+    One course folder with all five assignments generated (setup, not timed) and ``class_size``
+    students who each submitted the five reference notebooks; each run grades a fresh copy of
+    it, one task per (student, notebook), as `course grade` does: 1 local worker on SQLite
+    (the sequential default), 2 local workers on PostgreSQL (`--workers 2`), and a Dask
+    LocalCluster of 2 worker processes on PostgreSQL (`--dask --workers 2`).
+    Returns [(label, workers, seconds, all full marks, load average before the run)]."""
+    import os
+    import shutil
+    from course import db, distributed
+    root = repo_root()
+    ids = assignments(root)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="course-scale-") as tmp:
+        base = Path(tmp) / "base"
+        ws = grading.Workspace(base, root, ids)
+        for a in ids:
+            ws.generate(a)
+        students = [f"s{i:03d}" for i in range(class_size)]
+        for a in ids:
+            nb = bank.reference_submission(a, root)
+            for s in students:
+                ws.submit(s, a, nb)
+        pairs = [(a, s) for s in students for a in ids]
+
+        def full_marks(course: Path) -> bool:
+            w = grading.Workspace.existing(course)
+            ok = True
+            for a in ids:
+                for r in w.results(a, students).values():
+                    lost = [g for g, c in r.auto_cells.items() if not c.full]
+                    if r.error or not r.auto_cells or lost:
+                        ok = False
+                        print(f"  {course.name}: {r.student} {a}: {r.error or 'lost ' + ', '.join(lost)}")
+            return ok
+
+        for label, workers, engine in [("1 local worker, SQLite", 1, "local"),
+                                       ("2 local workers, PostgreSQL", 2, "local"),
+                                       (f"Dask LocalCluster, {dask_workers} workers, PostgreSQL", dask_workers, "dask")]:
+            course = Path(tmp) / f"run-{len(rows)}"
+            shutil.copytree(base, course, symlinks=True)
+            url = db.course_url(course)
+            loadavg = os.getloadavg()[0]
+            try:
+                if workers > 1 or engine == "dask":
+                    url = db.start(course)
+                    db.use(course, url)
+                if engine == "dask":
+                    with distributed.DaskGrader(None, workers=workers) as grader:
+                        grader.wait_for_workers(workers)
+                        t = time.perf_counter()
+                        grader.run(course, pairs, url)
+                        seconds = time.perf_counter() - t
+                else:
+                    t = time.perf_counter()
+                    distributed.run_local(course, pairs, url, workers=workers)
+                    seconds = time.perf_counter() - t
+                rows.append((label, workers, seconds, full_marks(course), loadavg))
+            finally:
+                db.drop(course)
+    return rows
+
+
+def print_scale(rows, class_size: int, project: int):
+    print(f"\nwhole course (5 notebooks per student, one task per notebook), class of {class_size}:")
+    print(f"{'engine':<44}{'seconds':>9}{'students/min':>14}{'worker-s/student':>18}{'load avg':>10}")
+    for label, workers, seconds, ok, loadavg in rows:
+        print(f"{label:<44}{seconds:>9.1f}{60 * class_size / seconds:>14.2f}"
+              f"{seconds * workers / class_size:>18.1f}{loadavg:>10.1f}{'' if ok else '  NOT FULL MARKS'}")
+    # projection: measured per-student cost (worker-seconds) x class size / workers
+    parallel = [seconds * workers / class_size for _, workers, seconds, _, _ in rows if workers > 1]
+    cost = min(parallel) if parallel else rows[0][2] / class_size
+    print(f"\nprojection for {project} students at {cost:.1f} worker-seconds per student "
+          "(the best measured parallel engine; one worker = one core and ~2 GB):")
+    for workers in (2, 16, 64, 256):
+        hours = cost * project / workers / 3600
+        print(f"  {workers:>4} workers: {hours:6.2f} h ({60 * workers / cost:.1f} students/minute)")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true")
@@ -193,7 +275,15 @@ def main(argv=None):
     p.add_argument("--class-size", type=int, default=6, help="students for the throughput rows")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for the module table (default: torch's own choice)")
+    p.add_argument("--scale", action="store_true",
+                   help="only the whole-course class throughput (1 and 2 local workers, Dask with 2) "
+                        "and the projection to --project students")
+    p.add_argument("--scale-class", type=int, default=4, help="students in the --scale class")
+    p.add_argument("--project", type=int, default=5000, help="class size of the projection")
     args = p.parse_args(argv)
+    if args.scale:
+        print_scale(scale_rows(args.scale_class), args.scale_class, args.project)
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

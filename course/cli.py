@@ -37,6 +37,11 @@ def _grade(args):
     return grade_command(args)
 
 
+def _db(args):
+    from .db_cli import db_command
+    return db_command(args)
+
+
 def _demo(args):
     from .demo import demo
     return demo(assignment=args.assignment, out=Path(args.out) if args.out else None)
@@ -71,8 +76,32 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("assignment")
     g.add_argument("--course-dir", default=".", help="nbgrader course folder (default: here)")
     g.add_argument("--csv", default=None, help="where to write the scores (default: grades-ASSIGNMENT.csv)")
-    g.add_argument("--workers", type=int, default=1, help="students graded in parallel")
+    g.add_argument("--workers", type=int, default=1,
+                   help="students graded in parallel (more than 1: a PostgreSQL gradebook, see `course db`)")
+    g.add_argument("--db", default=None, metavar="URL",
+                   help="gradebook URL (postgresql://USER:PASSWORD@HOST:PORT/DB or sqlite:///PATH); "
+                        "becomes the course's gradebook")
+    g.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                   help="grade on a Dask cluster: one task per submission")
+    g.add_argument("--dask", action="store_true",
+                   help="grade on a Dask LocalCluster of --workers processes on this machine")
+    g.add_argument("--timeout", type=float, default=None, help="seconds per submission (default: none)")
     g.set_defaults(func=_grade)
+
+    dbp = sub.add_parser("db", help="the course's gradebook: a local PostgreSQL, migration between URLs")
+    dbp.add_argument("action", choices=["start", "stop", "drop", "url", "status", "use", "migrate"],
+                     help="start/stop the local cluster in COURSE_DIR/.pgdata (drop: stop and delete it); url: print the gradebook "
+                          "URL in use; use URL: make URL the course's gradebook; migrate: copy a gradebook")
+    dbp.add_argument("target", nargs="?", help="for `use`: the gradebook URL")
+    dbp.add_argument("--course-dir", default=".", help="nbgrader course folder (default: here)")
+    dbp.add_argument("--host", default="127.0.0.1",
+                     help="start: the address the local cluster listens on (default 127.0.0.1)")
+    dbp.add_argument("--from", dest="src", default=None, metavar="URL",
+                     help="migrate: the gradebook to copy (default: the course's current one)")
+    dbp.add_argument("--to", dest="dest", default=None, metavar="URL", help="migrate: where to copy it")
+    dbp.add_argument("--switch", action="store_true", help="migrate: then make --to the course's gradebook")
+    dbp.add_argument("--force", action="store_true", help="migrate: replace a non-empty destination")
+    dbp.set_defaults(func=_db)
 
     d = sub.add_parser("demo", help="grade a demo class end to end and show the score table")
     d.add_argument("--assignment", default="01_attention")
@@ -84,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     be.set_defaults(func=_bench)
 
     args, unknown = p.parse_known_args(argv)
-    if unknown and args.command == "bench":
-        args.rest = [*args.rest, *unknown]
+    if args.command == "bench":
+        # bench.py parses its own options, in the order given (`--scale-class 4` included)
+        raw = list(sys.argv[1:] if argv is None else argv)
+        args.rest = raw[raw.index("bench") + 1:]
     elif unknown:
         p.error(f"unrecognized arguments: {' '.join(unknown)}")
     return int(args.func(args) or 0)

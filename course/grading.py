@@ -1,8 +1,9 @@
 """Autograde with nbgrader in a course folder and read back per-cell scores.
 
 A `Workspace` is an nbgrader course folder (the repository itself, or a scratch copy for the
-demo and the tests) with an SQLite gradebook. Grading is nbgrader's `autograde`; scores come
-from nbgrader's own `Gradebook` API, one row per grade cell.
+demo and the tests) with its gradebook: SQLite `gradebook.db` unless the course was pointed at
+PostgreSQL (course.db). Grading is nbgrader's `autograde`; scores come from nbgrader's own
+`Gradebook` API, one row per grade cell.
 """
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ class Workspace:
 
     @property
     def db_url(self) -> str:
-        return f"sqlite:///{self.root / 'gradebook.db'}"
+        from .db import course_url
+        return course_url(self.root)
 
     def generate(self, assignment: str) -> Path:
         """nbgrader generate_assignment: fills the gradebook with the cells and hidden tests."""
@@ -127,14 +129,15 @@ class Workspace:
 
     def results(self, assignment: str, students: list[str] | None = None) -> dict[str, StudentResult]:
         """Per-cell scores from the gradebook, for every submitted student."""
-        from nbgrader.api import Gradebook, MissingEntry
+        from nbgrader.api import MissingEntry
+        from .db import gradebook
 
         manual = self._manual_cells(assignment)
         submitted = self.root / "submitted"
         names = students or sorted(p.name for p in submitted.iterdir() if (p / assignment).exists())
         names = list(dict.fromkeys(list(names) + [s for s in self.rejected if not students]))
         out: dict[str, StudentResult] = {}
-        with Gradebook(self.db_url) as gb:
+        with gradebook(self.db_url) as gb:
             for student in names:
                 res = StudentResult(student, assignment)
                 if student in self.rejected:
@@ -214,9 +217,11 @@ def grade_class(assignment: str, submissions: dict, workdir: Path, repo: Path | 
                 filenames: dict | None = None) -> ClassRun:
     """Grade ``{student: notebook or path}`` for one assignment in fresh course folders.
 
-    With ``workers > 1`` the class is split round-robin into that many course folders, each
-    with its own SQLite gradebook (SQLite takes one writer at a time), graded concurrently by
-    separate `nbgrader autograde` processes; the per-cell results are the same as sequential.
+    This is the scratch grader of the demo, the tests and the benchmarks. With ``workers > 1``
+    the class is split round-robin into that many scratch course folders, each with its own
+    SQLite gradebook, graded concurrently by separate `nbgrader autograde` processes; the
+    per-cell results are the same as sequential. An instructor's `course grade --workers N`
+    grades into the course's one gradebook instead (course.classroom, course.distributed).
     """
     from concurrent.futures import ThreadPoolExecutor
 

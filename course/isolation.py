@@ -71,8 +71,12 @@ def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
         for name in HIDDEN:
             if (root / name).is_dir():
                 args += ["--tmpfs", str(root / name)]
-        for db in root.glob("gradebook.db*"):
-            args += ["--ro-bind", "/dev/null", str(db)]
+        # the gradebook: SQLite files, a PostgreSQL URL with its password, a local cluster
+        for db in [*root.glob("gradebook.db*"), root / ".gradebook-url", root / ".pgpassword"]:
+            if db.is_file():
+                args += ["--ro-bind", "/dev/null", str(db)]
+        if (root / ".pgdata").is_dir():
+            args += ["--tmpfs", str((root / ".pgdata").resolve())]
     # The kernel reads its connection file (`-f PATH`, often under /tmp): bind it read-only.
     for flag, value in zip(cmd, cmd[1:]):
         if flag == "-f" and Path(value).exists():

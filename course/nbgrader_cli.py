@@ -15,9 +15,29 @@ BOOT = ("import sys; sys.modules['rfc3987_syntax'] = None; sys.argv[0] = 'nbgrad
         "from nbgrader.apps.nbgraderapp import main; main()")
 
 
+def _pdeathsig():
+    """A preexec_fn that asks Linux to SIGKILL the child when its parent thread dies (resolved
+    here, in the parent, so the forked child only makes the call)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    sig = int(signal.SIGKILL)
+    return lambda: prctl(1, sig, 0, 0, 0)       # PR_SET_PDEATHSIG
+
+
 def nbgrader(args: list[str], course_dir: Path, *, timeout: float | None = None,
-             env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """`nbgrader ARGS` in ``course_dir`` with its gradebook; output captured for the caller."""
+             env: dict | None = None, check: bool = True, db_url: str | None = None,
+             die_with_parent: bool = False) -> subprocess.CompletedProcess:
+    """`nbgrader ARGS` in ``course_dir`` with its gradebook (``db_url``, else the course's own:
+    see course.db); output captured for the caller. ``die_with_parent``: on Linux the nbgrader
+    process is killed when the thread that started it dies (a grading worker killed mid-task
+    leaves no orphan writing to the gradebook)."""
+    from .db import course_url
     full_env = dict(os.environ)
     full_env.update({"PYTHONWARNINGS": "ignore", "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
     # nbgrader shells out to `alembic` and starts kernels: use this environment's bin first.
@@ -25,9 +45,9 @@ def nbgrader(args: list[str], course_dir: Path, *, timeout: float | None = None,
     full_env.update(env or {})
     cmd = [sys.executable, "-c", BOOT, *args,
            f"--CourseDirectory.root={course_dir}",
-           f"--CourseDirectory.db_url=sqlite:///{course_dir / 'gradebook.db'}"]
+           f"--CourseDirectory.db_url={db_url or course_url(course_dir)}"]
     proc = subprocess.run(cmd, cwd=course_dir, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=timeout, preexec_fn=_pdeathsig() if die_with_parent else None)
     if check and proc.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n"
                            f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")

@@ -17,7 +17,7 @@ def _cell_text(c) -> str:
 def score_table(results: list[StudentResult], cell_order: list[str]) -> str:
     """Rows: grade cells; columns: students. Plain text, so it reads in any terminal or log."""
     names = [r.student for r in results]
-    width = max([len(c) for c in cell_order] + [9])
+    width = max([len(c) for c in cell_order] + [16])
     colw = [max(len(n), 7) for n in names]
     lines = ["  ".join(["grade cell".ljust(width)] + [n.rjust(w) for n, w in zip(names, colw)])]
     lines.append("-" * len(lines[0]))
@@ -29,12 +29,24 @@ def score_table(results: list[StudentResult], cell_order: list[str]) -> str:
     lines.append("-" * len(lines[0]))
     auto_max = {gid: c.max_score for r in results for gid, c in r.cells.items() if not c.manual}
     total_max = sum(auto_max.values())
-    row = ["autograded total".ljust(width)]
-    for r, w in zip(results, colw):
-        got = sum(c.score or 0 for c in r.auto_cells.values())
-        row.append(("ERROR" if r.error else f"{got:g}/{total_max:g}").rjust(w))
-    lines.append("  ".join(row))
+    # Optional stretch exercises (grade ids `bonus_*`) are not needed for full marks: the core
+    # total is out of the core cells only, and the bonus points are shown apart.
+    for label, keep in [("autograded total", lambda g: True), ("core", lambda g: not is_bonus(g)),
+                        ("bonus (optional)", is_bonus)]:
+        cells_max = sum(m for g, m in auto_max.items() if keep(g))
+        if label != "autograded total" and not any(is_bonus(g) for g in auto_max):
+            continue
+        row = [label.ljust(width)]
+        for r, w in zip(results, colw):
+            got = sum(c.score or 0 for g, c in r.auto_cells.items() if keep(g))
+            row.append(("ERROR" if r.error else f"{got:g}/{cells_max:g}").rjust(w))
+        lines.append("  ".join(row))
     return "\n".join(lines)
+
+
+def is_bonus(grade_id: str) -> bool:
+    """Optional stretch exercises: graded in their own cells, bonus points on top of the core."""
+    return grade_id.startswith("bonus_")
 
 
 def lost_cells(result: StudentResult) -> list[str]:

@@ -56,36 +56,16 @@ def test_feedback_html_does_not_reveal_hidden_tests(tmp_path):
               for line in "\n".join(C.regions(cell.source, C.BEGIN_HIDDEN, C.END_HIDDEN)).splitlines()
               if len(line.strip()) > 25]
     assert hidden, "the notebook should have hidden tests"
+    # A line that the visible checks also contain (a shared failure message) is public anyway.
+    public = {line.strip() for cell in C.read(ROOT / "release" / A / f"{A}.ipynb").cells
+              for line in cell.source.splitlines()}
+    hidden = [line for line in hidden if line not in public]
     import html as h
     import re
     text = h.unescape(re.sub(r"<[^>]+>", "", html))
     leaked = [line for line in hidden if line in text]
     assert not leaked, f"feedback reveals hidden test lines: {leaked[:3]}"
     assert "not divided by sqrt(d_k)" in text, "feedback should carry the check's explanation"
-
-
-def test_course_grade_parallel_equals_sequential(tmp_path):
-    """`course grade --workers 2` gives the same per-cell CSV as a sequential run."""
-    import shutil
-    from course.cli import main
-    from course.paths import release_notebook
-    course = tmp_path / "course"
-    (course / "source").mkdir(parents=True)
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "source" / A, course / "source" / A)
-    entry = next(e for e in bank.load(A, ROOT) if e.name == "inverted_mask")
-    class_ = {"ada": bank.reference_submission(A, ROOT), "ben": bank.apply(entry, A, ROOT),
-              "cy": release_notebook(A, ROOT)}
-    ws = grading.Workspace(course, ROOT)
-    for s, nb in class_.items():
-        ws.submit(s, A, nb)
-    assert main(["grade", A, "--course-dir", str(course), "--csv", str(tmp_path / "seq.csv")]) == 0
-    assert main(["grade", A, "--course-dir", str(course), "--workers", "2",
-                 "--csv", str(tmp_path / "par.csv")]) == 0
-    seq = sorted((tmp_path / "seq.csv").read_text().splitlines())
-    par = sorted((tmp_path / "par.csv").read_text().splitlines())
-    assert seq == par
-    assert any("ben,01_attention,test_sdpa_visible,0.0" in line for line in seq)
 
 
 def test_grade_student_grades_every_notebook_in_one_nbgrader_run(tmp_path):

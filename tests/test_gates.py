@@ -150,3 +150,13 @@ def test_every_notebook_has_a_bank_of_wrong_and_correct_submissions():
         entries = bank.load(a, ROOT)
         assert any(not e.correct for e in entries), f"{a} has no wrong submissions in its bank"
         assert sum(e.correct for e in entries) >= 3, f"{a} has fewer than 3 correct alternatives"
+
+
+def test_score_table_reports_the_optional_stretch_apart():
+    """Stretch cells (`bonus_*`) are not needed for full marks: core and bonus totals apart."""
+    from course.grading import CellScore, StudentResult
+    from course.report import score_table
+    done = StudentResult("ann", "x", {"a": CellScore("a", 2, 2), "bonus_b": CellScore("bonus_b", 0, 2)})
+    lines = score_table([done], ["a", "bonus_b"]).splitlines()
+    assert lines[-2].split()[-1] == "2/2" and lines[-2].startswith("core")
+    assert lines[-1].split()[-1] == "0/2" and lines[-1].startswith("bonus")
