@@ -6,6 +6,7 @@ LS = ["test_label_smoothing_loss_visible", "test_label_smoothing_loss_hidden"]
 NOAM = ["test_noam_lr_visible", "test_noam_lr_hidden"]
 TRAIN = ["test_train_epoch_visible", "test_train_epoch_hidden"]
 SAMPLE = ["test_sample_visible", "test_sample_hidden"]
+TOP_P = ["bonus_top_p_filter"]
 
 WRONG = [
     # ---- label_smoothing_loss
@@ -22,12 +23,22 @@ WRONG = [
     Wrong("ls_no_smoothing", "ignores the smoothing (plain cross-entropy)",
           edits={"label_smoothing_loss": Sub("loss = (1 - smoothing) * nll + smoothing * uniform", "loss = nll")},
           loses=LS),
+    Wrong("ls_gathers_ignored_targets", "gathers with the raw targets, so an ignore_index of -100 crashes",
+          edits={"label_smoothing_loss": Sub("safe_target = torch.where(keep, target, torch.zeros_like(target))",
+                                             "safe_target = target")},
+          loses=["test_label_smoothing_loss_hidden"]),
     # ---- noam_lr
     Wrong("noam_missing_embed_scale", "forgets the factor embed_dim ** -0.5",
           edits={"noam_lr": Sub("return embed_dim ** -0.5 * min(", "return min(")},
           loses=NOAM),
     Wrong("noam_warmup_power_half", "uses warmup ** -0.5 in the warm-up branch",
           edits={"noam_lr": Sub("step * warmup ** -1.5", "step * warmup ** -0.5")},
+          loses=NOAM),
+    Wrong("noam_step_zero_crashes", "computes 0 ** -0.5 at step 0 (ZeroDivisionError inside LambdaLR)",
+          edits={"noam_lr": Sub("    step = max(step, 1)\n", "")},
+          loses=NOAM),
+    Wrong("noam_step_zero_is_zero", "returns a learning rate of 0 at step 0 instead of the rate of step 1",
+          edits={"noam_lr": Sub("    step = max(step, 1)\n", "    if step == 0:\n        return 0.0\n")},
           loses=NOAM),
     # ---- train_epoch
     Wrong("train_no_zero_grad", "never zeroes the gradients (they accumulate over the batches)",
@@ -37,15 +48,32 @@ WRONG = [
           edits={"train_epoch": Sub("labels = tgt[:, 1:]", "labels = tgt[:, :-1]")},
           loses=TRAIN),
     Wrong("train_feeds_whole_target", "feeds the whole target to the decoder and scores against it",
-          edits={"train_epoch": [Sub("logits = model(src, tgt[:, :-1])", "logits = model(src, tgt)"),
+          edits={"train_epoch": [Sub("model(src, tgt[:, :-1]", "model(src, tgt", count=2),
                                  Sub("labels = tgt[:, 1:]", "labels = tgt")]},
           loses=TRAIN),
     Wrong("train_scheduler_never_stepped", "never steps the learning-rate scheduler",
           edits={"train_epoch": Sub("        if scheduler is not None:\n            scheduler.step()\n", "")},
           loses=TRAIN),
     Wrong("train_returns_last_loss", "returns the last batch's loss instead of the mean",
-          edits={"train_epoch": Sub("return total / max(count, 1)", "return loss.item()")},
+          edits={"train_epoch": Sub("return total / max(n_batches, 1)", "return loss.item()")},
           loses=TRAIN),
+    Wrong("train_ignores_src_pad_idx", "never passes a source mask, even when src_pad_idx is given",
+          edits={"train_epoch": Sub("logits = model(src, tgt[:, :-1], src_mask=src_mask)",
+                                    "logits = model(src, tgt[:, :-1])")},
+          loses=TRAIN),
+    Wrong("train_src_mask_inverted", "builds the source mask True at the padding",
+          edits={"train_epoch": Sub("(src != src_pad_idx)", "(src == src_pad_idx)")},
+          loses=TRAIN),
+    Wrong("train_src_mask_flat", "passes a (B, T_src) source mask, which broadcasts against the wrong axes",
+          edits={"train_epoch": Sub("(src != src_pad_idx)[:, None, None, :]", "(src != src_pad_idx)")},
+          loses=TRAIN),
+    Wrong("train_always_passes_mask", "passes src_mask=None to models that take no mask (Seq2SeqLM)",
+          edits={"train_epoch": Sub("            logits = model(src, tgt[:, :-1])\n",
+                                    "            logits = model(src, tgt[:, :-1], src_mask=None)\n")},
+          loses=TRAIN),
+    Wrong("train_no_model_train", "never puts the model in training mode (dropout stays off)",
+          edits={"train_epoch": Sub("    model.train()\n", "")},
+          loses=["test_train_epoch_hidden"]),
     # ---- sample
     Wrong("sample_top_k_plus_one", "keeps k + 1 tokens (top-k off by one)",
           edits={"sample": Sub("torch.topk(logits, top_k, dim=-1)", "torch.topk(logits, top_k + 1, dim=-1)")},
@@ -53,6 +81,15 @@ WRONG = [
     Wrong("sample_top_k_minus_one", "keeps k - 1 tokens (top-k off by one the other way)",
           edits={"sample": Sub("torch.topk(logits, top_k, dim=-1)", "torch.topk(logits, max(top_k - 1, 1), dim=-1)")},
           loses=["test_sample_hidden"]),
+    Wrong("sample_top_k_exactly_k", "keeps exactly k tokens by index, dropping tokens tied with the k-th logit",
+          edits={"sample": Sub('''            kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))''',
+                               '''            idx = torch.topk(logits, top_k, dim=-1).indices
+            logits = torch.full_like(logits, float("-inf")).scatter(-1, idx, logits.gather(-1, idx))''')},
+          loses=["test_sample_hidden"]),
+    Wrong("sample_top_k_above_vocab_crashes", "calls torch.topk with k > V (an error) instead of not restricting",
+          edits={"sample": Sub(" and top_k < logits.size(-1)", "")},
+          loses=SAMPLE),
     Wrong("sample_temperature_ignored", "ignores the temperature",
           edits={"sample": Sub("logits = model(x[:, -model.seq_len:])[:, -1] / temperature",
                                "logits = model(x[:, -model.seq_len:])[:, -1]")},
@@ -67,6 +104,19 @@ WRONG = [
           edits={"sample": Sub("next_token = torch.multinomial(probs, 1, generator=generator)",
                                "next_token = probs.argmax(dim=-1, keepdim=True)")},
           loses=SAMPLE),
+    # ---- top_p_filter (optional stretch)
+    Wrong("top_p_drops_crossing_token", "keeps only the tokens whose running sum stays below p, dropping the one "
+          "that reaches p",
+          edits={"top_p_filter": Sub("before = sorted_probs.cumsum(dim=-1) - sorted_probs",
+                                     "before = sorted_probs.cumsum(dim=-1)")},
+          loses=TOP_P),
+    Wrong("top_p_unsorted", "takes the running sum in the row's own order instead of by probability",
+          edits={"top_p_filter": [Sub("sorted_probs, order = probs.sort(dim=-1, descending=True)",
+                                      "sorted_probs, order = probs, torch.arange(probs.size(-1)).expand_as(probs)")]},
+          loses=TOP_P),
+    Wrong("top_p_top_token_can_go", "drops every token when p = 0 (the most likely token is not always kept)",
+          edits={"top_p_filter": Sub("    drop_sorted[..., 0] = False", "    pass")},
+          loses=TOP_P),
 ]
 
 ALTERNATIVES = [
@@ -84,13 +134,16 @@ def label_smoothing_loss(logits, target, smoothing, ignore_index=None):
 '''),
                     "noam_lr": Replace('''
 def noam_lr(step, embed_dim, warmup):
+    if step < 1:
+        step = 1
     if step < warmup:
         return math.pow(embed_dim, -0.5) * step / math.pow(warmup, 1.5)
     return math.pow(embed_dim, -0.5) / math.sqrt(step)
 '''),
                 }),
     Alternative("nll_loss_and_set_to_none",
-                "label smoothing from F.nll_loss; train_epoch zeroing with set_to_none and summing tensors",
+                "label smoothing from F.nll_loss; train_epoch zeroing with set_to_none, a (B, 1, T) mask passed "
+                "positionally, and summing tensors",
                 edits={
                     "label_smoothing_loss": Replace('''
 def label_smoothing_loss(logits, target, smoothing, ignore_index=None):
@@ -105,14 +158,17 @@ def label_smoothing_loss(logits, target, smoothing, ignore_index=None):
     return (1.0 - smoothing) * nll + smoothing * smooth
 '''),
                     "train_epoch": Replace('''
-def train_epoch(model, batches, optimizer, loss_fn, scheduler=None):
+def train_epoch(model, batches, optimizer, loss_fn, scheduler=None, src_pad_idx=None):
     model.train()
     losses = []
     for src, tgt in batches:
         for p in model.parameters():
             p.grad = None
         decoder_in, labels = tgt[:, :-1], tgt[:, 1:]
-        out = model(src, decoder_in)
+        if src_pad_idx is None:
+            out = model(src, decoder_in)
+        else:
+            out = model(src, decoder_in, src.ne(src_pad_idx).unsqueeze(1))
         loss = loss_fn(out.flatten(0, 1), labels.flatten())
         loss.backward()
         optimizer.step()
@@ -123,7 +179,8 @@ def train_epoch(model, batches, optimizer, loss_fn, scheduler=None):
 '''),
                 }),
     Alternative("gumbel_max_sampler",
-                "Gumbel-max sampling with the generator; top-k by sorting; model.zero_grad at the end of each step",
+                "Gumbel-max sampling with the generator; top-k by sorting; model.zero_grad at the end of each "
+                "step with a mask built by unsqueeze; top-p with a Python loop over the rows",
                 edits={
                     "sample": Replace('''
 @torch.no_grad()
@@ -133,8 +190,9 @@ def sample(model, prefix, max_new_tokens, temperature=1.0, top_k=None, generator
         context = out if out.size(1) <= model.seq_len else out[:, out.size(1) - model.seq_len:]
         scores = model(context)[:, -1, :] / temperature
         if top_k is not None:
+            k = min(top_k, scores.size(-1))
             sorted_scores, _ = torch.sort(scores, dim=-1, descending=True)
-            scores = torch.where(scores >= sorted_scores[:, top_k - 1:top_k], scores,
+            scores = torch.where(scores >= sorted_scores[:, k - 1:k], scores,
                                  torch.full_like(scores, -1e30))
         u = torch.rand(scores.shape, generator=generator, device=scores.device).clamp_(1e-20, 1.0)
         gumbel = -torch.log(-torch.log(u))
@@ -142,12 +200,15 @@ def sample(model, prefix, max_new_tokens, temperature=1.0, top_k=None, generator
     return out
 '''),
                     "train_epoch": Replace('''
-def train_epoch(model, batches, optimizer, loss_fn, scheduler=None):
+def train_epoch(model, batches, optimizer, loss_fn, scheduler=None, src_pad_idx=None):
     model.train()
     model.zero_grad()
     total, n = 0.0, 0
     for src, tgt in batches:
-        logits = model(src, tgt[:, :-1])
+        kwargs = {}
+        if src_pad_idx is not None:
+            kwargs["src_mask"] = (src != src_pad_idx).unsqueeze(1).unsqueeze(2)
+        logits = model(src, tgt[:, :-1], **kwargs)
         V = logits.shape[-1]
         loss = loss_fn(logits.contiguous().view(-1, V), tgt[:, 1:].contiguous().view(-1))
         loss.backward()
@@ -158,9 +219,24 @@ def train_epoch(model, batches, optimizer, loss_fn, scheduler=None):
         total, n = total + float(loss), n + 1
     return total / n
 '''),
+                    "top_p_filter": Replace('''
+def top_p_filter(logits, p):
+    out = torch.full_like(logits, float("-inf"))
+    probs = torch.softmax(logits.double(), dim=-1)
+    for r in range(logits.size(0)):
+        order = torch.argsort(probs[r], descending=True)
+        running = 0.0
+        for i in order.tolist():
+            out[r, i] = logits[r, i]
+            running += probs[r, i].item()
+            if running >= p and p < 1:
+                break
+    return out
+'''),
                 }),
     Alternative("inverse_cdf_sampler",
-                "inverse-CDF sampling with torch.rand(generator) and top-k by scatter; numpy noam_lr",
+                "inverse-CDF sampling with torch.rand(generator) and top-k by a threshold on probabilities; "
+                "numpy noam_lr; top-p by an ascending sort",
                 edits={
                     "sample": Replace('''
 @torch.no_grad()
@@ -169,9 +245,9 @@ def sample(model, prefix, max_new_tokens, temperature=1.0, top_k=None, generator
     for _ in range(max_new_tokens):
         logits = model(x[:, -model.seq_len:])[:, -1].float()
         probs = F.softmax(logits / temperature, dim=-1)
-        if top_k:
-            vals, idx = probs.topk(top_k, dim=-1)
-            probs = torch.zeros_like(probs).scatter(-1, idx, vals)
+        if top_k and top_k < probs.size(-1):
+            threshold = probs.topk(top_k, dim=-1).values[:, -1:]
+            probs = torch.where(probs >= threshold, probs, torch.zeros_like(probs))
             probs = probs / probs.sum(-1, keepdim=True)
         cdf = probs.cumsum(-1)
         u = torch.rand(x.size(0), 1, generator=generator, device=probs.device) * cdf[:, -1:]
@@ -181,7 +257,19 @@ def sample(model, prefix, max_new_tokens, temperature=1.0, top_k=None, generator
 '''),
                     "noam_lr": Replace('''
 def noam_lr(step, embed_dim, warmup):
+    step = np.maximum(step, 1)
     return float(np.power(embed_dim, -0.5) * np.minimum(np.power(step, -0.5), step * np.power(warmup, -1.5)))
+'''),
+                    "top_p_filter": Replace('''
+def top_p_filter(logits, p):
+    if p >= 1:
+        return logits.clone()
+    probs = logits.softmax(-1)
+    asc, idx = probs.sort(dim=-1)                      # least likely first
+    tail = asc.cumsum(-1)                              # mass of this token and all less likely ones
+    remove = tail <= 1 - p                             # the less likely tokens whose mass stays within 1 - p
+    remove[..., -1] = False
+    return logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
 '''),
                 }),
 ]
