@@ -62,6 +62,14 @@ def is_saved(cell: NotebookNode) -> bool:
     return "save" in tags(cell)
 
 
+BONUS_PREFIX = "bonus_"
+
+
+def is_bonus(grade_id: str | None) -> bool:
+    """An optional stretch exercise's grade cell: bonus points, not needed for full marks."""
+    return bool(grade_id) and grade_id.startswith(BONUS_PREFIX)
+
+
 def points(cell: NotebookNode) -> float:
     return float(_nbg(cell).get("points", 0))
 

@@ -242,7 +242,7 @@ def exercise_problems(assignment: str, root: Path | None = None) -> list[str]:
     elif totals[0] != minutes:
         problems.append(f"{path}: the overview table says {totals[0]} min in all, the exercise "
                         f"headers add up to {minutes} min")
-    if not any(C.is_autograded_test(c) and (C.grade_id(c) or "").startswith("bonus_") for c in cells):
+    if not any(C.is_autograded_test(c) and C.is_bonus(C.grade_id(c)) for c in cells):
         problems.append(f"{path}: no optional stretch exercise (a test cell whose grade id starts "
                         "with 'bonus_')")
     return problems

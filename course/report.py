@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .cells import is_bonus
 from .grading import StudentResult
 
 
@@ -43,10 +44,6 @@ def score_table(results: list[StudentResult], cell_order: list[str]) -> str:
         lines.append("  ".join(row))
     return "\n".join(lines)
 
-
-def is_bonus(grade_id: str) -> bool:
-    """Optional stretch exercises: graded in their own cells, bonus points on top of the core."""
-    return grade_id.startswith("bonus_")
 
 
 def lost_cells(result: StudentResult) -> list[str]:
