@@ -1,0 +1,343 @@
+"""Gate 4 bank of 06_gpt: common wrong submissions (each must lose exactly its cells) and correct
+alternatives in other styles (each must keep full marks).
+
+The hidden checks of GPT, load_gpt2_weights and generate run on reference parts (a reference block,
+a reference GPT), so a bug costs the points of its own exercise; the visible checks of the later
+exercises use the student's own parts, so a block bug that changes the logits also fails the
+visible GPT-2 comparison (as in notebook 03, where a block bug fails the visible BERT check).
+"""
+from course.bank import Alternative, Replace, Sub, Wrong
+
+TRAIN = ["test_bpe_train_visible", "test_bpe_train_hidden"]
+SPEED = ["test_bpe_train_speed"]
+ENCODE = ["test_bpe_encode_visible", "test_bpe_encode_hidden"]
+DECODE = ["test_bpe_decode_visible", "test_bpe_decode_hidden"]
+BLOCK = ["test_preln_block_visible", "test_preln_block_hidden"]
+GPT = ["test_gpt_visible", "test_gpt_hidden"]
+LOAD = ["test_load_gpt2_weights_visible", "test_load_gpt2_weights_hidden"]
+LOAD_VISIBLE = ["test_load_gpt2_weights_visible"]
+GEN = ["test_generate_visible", "test_generate_hidden"]
+GEN_VISIBLE = ["test_generate_visible"]
+GEN_HIDDEN = ["test_generate_hidden"]
+BONUS = ["bonus_min_p_filter"]
+
+WRONG = [
+    # ---- bpe_train
+    Wrong("train_across_chunks", "counts pairs over the whole text, across the chunks of pretokenize",
+          edits={"bpe_train": Sub("counts = collections.Counter(pretokenize(text))", "counts = collections.Counter([text])")},
+          loses=TRAIN + SPEED),
+    Wrong("train_ties_largest_pair", "breaks ties by the largest pair",
+          edits={"bpe_train": Sub("best = min(pair_counts, key=lambda pair: (-pair_counts[pair], pair))",
+                                  "best = max(pair_counts, key=lambda pair: (pair_counts[pair], pair))")},
+          loses=TRAIN),
+    Wrong("train_ignores_multiplicity", "counts every distinct chunk once, whatever its number of occurrences",
+          edits={"bpe_train": Sub('words = [[list(chunk.encode("utf-8")), n] for chunk, n in counts.items()]',
+                                  'words = [[list(chunk.encode("utf-8")), 1] for chunk, n in counts.items()]')},
+          loses=TRAIN),
+    Wrong("train_characters_not_bytes", "starts from Unicode code points (ord) instead of UTF-8 bytes",
+          edits={"bpe_train": Sub('words = [[list(chunk.encode("utf-8")), n]', "words = [[[ord(ch) for ch in chunk], n]")},
+          loses=TRAIN),
+    Wrong("train_overlapping_merge", "steps one token after a merge, so 'a a a' merges twice (overlapping)",
+          edits={"bpe_train": Sub("                    merged.append(new_id)\n                    i += 2",
+                                  "                    merged.append(new_id)\n                    i += 1")},
+          loses=TRAIN),
+    Wrong("train_every_occurrence", "correct merges, but walks over every chunk occurrence in every merge",
+          edits={"bpe_train": Replace('''
+def bpe_train(text, vocab_size):
+    chunks = [list(chunk.encode("utf-8")) for chunk in pretokenize(text)]
+    merges = []
+    for new_id in range(256, vocab_size):
+        counts = collections.Counter()
+        for ids in chunks:
+            counts.update(zip(ids, ids[1:]))
+        if not counts:
+            break
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        for c, ids in enumerate(chunks):
+            out, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            chunks[c] = out
+    return merges
+''')},
+          loses=SPEED),
+    # ---- bpe_encode
+    Wrong("encode_across_chunks", "encodes the whole text as one chunk (merges across spaces)",
+          edits={"bpe_encode": Sub("for chunk in pretokenize(text):", "for chunk in [text]:")},
+          loses=ENCODE),
+    Wrong("encode_latest_merge_first", "applies the most recently learned merge first",
+          edits={"bpe_encode": Sub("key=lambda p: rank.get(p, len(rank)))", "key=lambda p: -rank.get(p, -1))")},
+          loses=ENCODE),
+    Wrong("encode_characters_not_bytes", "starts from code points (ord) instead of UTF-8 bytes",
+          edits={"bpe_encode": Sub('ids = list(chunk.encode("utf-8"))', "ids = [ord(ch) for ch in chunk]")},
+          loses=ENCODE),
+    # ---- bpe_decode
+    Wrong("decode_token_by_token", "decodes every token on its own and joins the strings (splits characters)",
+          edits={"bpe_decode": Sub('return b"".join(out).decode("utf-8", errors="replace")',
+                                   'return "".join(b.decode("utf-8", errors="replace") for b in out)')},
+          loses=DECODE),
+    Wrong("decode_strict", "decodes strictly: a character cut in two raises UnicodeDecodeError",
+          edits={"bpe_decode": Sub('.decode("utf-8", errors="replace")', '.decode("utf-8")')},
+          loses=DECODE),
+    Wrong("decode_no_range_check", "no check of the ids: -1 silently reads the last token",
+          edits={"bpe_decode": Sub("        if not 0 <= i < len(table):\n"
+                                   '            raise ValueError(f"token id {i} is not in the vocabulary of {len(table)} tokens")\n',
+                                   "")},
+          loses=["test_bpe_decode_hidden"]),
+    # ---- PreLNBlock
+    Wrong("block_post_ln", "post-LN order (notebook 03's block) instead of pre-LN",
+          edits={"PreLNBlock": [Sub("attn, h = self.attention, self.norm1(x)", "attn, h = self.attention, x"),
+                                Sub("        x = x + self.dropout1(attn.out(merge_heads(context)))\n"
+                                    "        return x + self.dropout2(self.feed_forward(self.norm2(x)))",
+                                    "        x = self.norm1(x + self.dropout1(attn.out(merge_heads(context))))\n"
+                                    "        return self.norm2(x + self.dropout2(self.feed_forward(x)))")]},
+          loses=BLOCK + LOAD_VISIBLE),
+    Wrong("block_exact_gelu", "the exact GELU instead of GPT-2's tanh approximation",
+          edits={"PreLNBlock": Sub('nn.GELU(approximate="tanh")', "nn.GELU()")},
+          loses=BLOCK + LOAD_VISIBLE),
+    Wrong("block_relu", "ReLU, as in the paper, instead of GELU",
+          edits={"PreLNBlock": Sub('nn.GELU(approximate="tanh")', "nn.ReLU()")},
+          loses=BLOCK + LOAD_VISIBLE),
+    Wrong("block_past_after_new", "puts the new keys and values before the cached ones",
+          edits={"PreLNBlock": [Sub("k = torch.cat([past[0], k], dim=2)", "k = torch.cat([k, past[0]], dim=2)"),
+                                Sub("v = torch.cat([past[1], v], dim=2)", "v = torch.cat([v, past[1]], dim=2)")]},
+          loses=BLOCK + ["test_gpt_visible"] + GEN_VISIBLE),
+    Wrong("block_present_new_only", "keeps only the new positions' keys and values in present",
+          edits={"PreLNBlock": Sub("        self.present = (k, v)\n        context",
+                                   "        self.present = (k[:, :, -x.size(1):], v[:, :, -x.size(1):])\n        context")},
+          loses=BLOCK + ["test_gpt_visible"] + GEN_VISIBLE),
+    Wrong("block_residual_from_normed", "adds the attention output to norm1(x) instead of x",
+          edits={"PreLNBlock": Sub("        x = x + self.dropout1(attn.out(merge_heads(context)))",
+                                   "        x = h + self.dropout1(attn.out(merge_heads(context)))")},
+          loses=BLOCK + LOAD_VISIBLE),
+    # ---- GPT
+    Wrong("gpt_untied", "a separate output layer (not tied to the token embedding)",
+          edits={"GPT": Sub("        self.lm_head.weight = self.token_embedding.weight\n", "")},
+          loses=GPT + LOAD_VISIBLE),
+    Wrong("gpt_positions_restart", "numbers the new tokens from 0 even with a cache",
+          edits={"GPT": Sub("positions = torch.arange(start, start + T, device=ids.device)",
+                            "positions = torch.arange(0, T, device=ids.device)")},
+          loses=GPT + GEN_VISIBLE),
+    Wrong("gpt_square_mask", "builds a square lower-triangular mask without the offset of the cache",
+          edits={"GPT": Sub(".tril(diagonal=start)", ".tril()")},
+          loses=GPT + GEN_VISIBLE),
+    Wrong("gpt_no_final_norm", "forgets the final LayerNorm",
+          edits={"GPT": Sub("return self.lm_head(self.norm_f(x)), present", "return self.lm_head(x), present")},
+          loses=["test_gpt_hidden"] + LOAD_VISIBLE),
+    Wrong("gpt_default_init", "keeps PyTorch's default initialisation (embedding std 1)",
+          edits={"GPT": Sub("            if isinstance(module, (nn.Linear, nn.Embedding)):\n"
+                            "                nn.init.normal_(module.weight, std=0.02)\n", "")},
+          loses=["test_gpt_hidden"]),
+    # ---- load_gpt2_weights
+    Wrong("load_attention_untransposed", "copies the square attention weights without transposing them (the classic bug)",
+          edits={"load_gpt2_weights": [Sub("linear.weight.copy_(qkv_weight[:, i * d:(i + 1) * d].t())",
+                                           "linear.weight.copy_(qkv_weight[:, i * d:(i + 1) * d])"),
+                                       Sub("            for linear, conv in ((attn.out, layer.attn.c_proj), (block.feed_forward[0], layer.mlp.c_fc),",
+                                           "            attn.out.weight.copy_(layer.attn.c_proj.weight)\n"
+                                           "            attn.out.bias.copy_(layer.attn.c_proj.bias)\n"
+                                           "            for linear, conv in ((block.feed_forward[0], layer.mlp.c_fc),")]},
+          loses=LOAD),
+    Wrong("load_key_query_swapped", "reads c_attn as key, query, value",
+          edits={"load_gpt2_weights": Sub("(attn.query_matrix, attn.key_matrix, attn.value_matrix)",
+                                          "(attn.key_matrix, attn.query_matrix, attn.value_matrix)")},
+          loses=LOAD),
+    Wrong("load_breaks_tying", "replaces the output layer's Parameter by a copy (no longer tied)",
+          edits={"load_gpt2_weights": Sub("        model.norm_f.weight.copy_(hf.ln_f.weight)\n",
+                                          "        model.norm_f.weight.copy_(hf.ln_f.weight)\n"
+                                          "        model.lm_head.weight = nn.Parameter(hf_gpt2.lm_head.weight.detach().clone())\n")},
+          loses=LOAD),
+    Wrong("load_no_final_norm", "forgets to copy ln_f",
+          edits={"load_gpt2_weights": Sub("        model.norm_f.weight.copy_(hf.ln_f.weight)\n        model.norm_f.bias.copy_(hf.ln_f.bias)\n", "")},
+          loses=LOAD),
+    # ---- generate
+    Wrong("gen_never_caches", "ignores use_cache: runs the whole context at every step",
+          edits={"generate": Sub("if use_cache and past is not None and past[0][0].size(2) < model.seq_len:",
+                                 "if False:")},
+          loses=GEN_VISIBLE),
+    Wrong("gen_cache_overflows", "keeps extending the cache past seq_len",
+          edits={"generate": Sub("if use_cache and past is not None and past[0][0].size(2) < model.seq_len:",
+                                 "if use_cache and past is not None:")},
+          loses=GEN_HIDDEN),
+    Wrong("gen_top_p_drops_crossing_token", "drops the token that makes the sum reach p",
+          edits={"generate": Sub("mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs",
+                                 "mass_before = sorted_probs.cumsum(dim=-1)")},
+          loses=GEN),
+    Wrong("gen_top_p_before_temperature", "applies top-p to the probabilities before the temperature",
+          edits={"generate": Sub("                sorted_probs, order = probs.sort(dim=-1, descending=True)",
+                                 "                sorted_probs, order = torch.softmax(logits * temperature, dim=-1).sort(dim=-1, descending=True)")},
+          loses=GEN_HIDDEN),
+    Wrong("gen_top_p_not_unsorted", "keeps the sorted order: draws a rank, not a token id",
+          edits={"generate": Sub("probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)", "probs = sorted_probs")},
+          loses=GEN),
+    Wrong("gen_temperature_zero_divides", "divides by a temperature of 0 instead of taking the argmax",
+          edits={"generate": Sub("        if temperature == 0:\n", "        if temperature == 0 and False:\n")},
+          loses=GEN),
+    Wrong("gen_top_k_plus_one", "keeps k + 1 tokens",
+          edits={"generate": Sub("torch.topk(logits, top_k, dim=-1)", "torch.topk(logits, min(top_k + 1, logits.size(-1)), dim=-1)")},
+          loses=GEN_HIDDEN),
+    # ---- stretch
+    Wrong("min_p_absolute", "keeps probabilities >= min_p (absolute), not >= min_p times the largest",
+          edits={"min_p_filter": Sub("threshold = log_probs.max(dim=-1, keepdim=True).values + math.log(min_p)",
+                                     "threshold = torch.zeros_like(log_probs[..., :1]) + math.log(min_p)")},
+          loses=BONUS),
+]
+
+ALTERNATIVES = [
+    Alternative("slow_but_sound_bpe",
+                "recounts every pair over the distinct chunks in every merge; encodes by trying every merge in order",
+                edits={
+                    "bpe_train": Replace('''
+def bpe_train(text, vocab_size):
+    words = {}
+    for chunk in pretokenize(text):
+        key = tuple(chunk.encode("utf-8"))
+        words[key] = words.get(key, 0) + 1
+    merges = []
+    for new_id in range(256, vocab_size):
+        counts = {}
+        for ids, n in words.items():
+            for a, b in zip(ids, ids[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + n
+        if not counts:
+            break
+        top = max(counts.values())
+        best = sorted(p for p, c in counts.items() if c == top)[0]
+        merges.append(best)
+        rewritten = {}
+        for ids, n in words.items():
+            out, i = [], 0
+            while i < len(ids):
+                if ids[i:i + 2] == best:
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(ids[i])
+                    i += 1
+            rewritten[tuple(out)] = rewritten.get(tuple(out), 0) + n
+        words = rewritten
+    return merges
+'''),
+                    "bpe_encode": Replace('''
+def bpe_encode(text, merges):
+    memo = {}
+    out = []
+    for chunk in pretokenize(text):
+        if chunk not in memo:
+            ids = list(chunk.encode("utf-8"))
+            for new_id, pair in enumerate(merges, start=256):
+                if len(ids) < 2:
+                    break
+                out_ids, i = [], 0
+                while i < len(ids):
+                    if tuple(ids[i:i + 2]) == pair:
+                        out_ids.append(new_id)
+                        i += 2
+                    else:
+                        out_ids.append(ids[i])
+                        i += 1
+                ids = out_ids
+            memo[chunk] = ids
+        out += memo[chunk]
+    return out
+'''),
+                    "bpe_decode": Replace('''
+def bpe_decode(ids, merges):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for j, (a, b) in enumerate(merges):
+        vocab[256 + j] = vocab[a] + vocab[b]
+    missing = [i for i in ids if i not in vocab]
+    if missing:
+        raise ValueError(f"unknown token id {missing[0]}")
+    return bytearray().join(vocab[i] for i in ids).decode("utf-8", "replace")
+'''),
+                }),
+    Alternative("fused_attention_buffer_mask",
+                "the block attends with F.scaled_dot_product_attention; GPT slices a registered causal buffer",
+                edits={
+                    "PreLNBlock": Sub('''        context, weights = scaled_dot_product_attention(q, k, v, mask)
+        attn.attention_weights = weights''', '''        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(~mask.bool(), float("-inf"))
+        attn.attention_weights = torch.softmax(scores, dim=-1)'''),
+                    "GPT": [Sub("        self.norm_f = nn.LayerNorm(embed_dim)\n",
+                                "        self.norm_f = nn.LayerNorm(embed_dim)\n"
+                                "        self.register_buffer(\"causal\", torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool)), persistent=False)\n"),
+                            Sub("mask = torch.ones(T, start + T, dtype=torch.bool, device=ids.device).tril(diagonal=start)",
+                                "mask = self.causal[start:start + T, :start + T]")],
+                }),
+    Alternative("state_dict_loader_and_loop_sampler",
+                "loads GPT-2 through one state dict; generate samples row by row with a Python loop for top-p",
+                edits={
+                    "load_gpt2_weights": Replace('''
+def load_gpt2_weights(model, hf_gpt2):
+    sd = hf_gpt2.state_dict()
+    n, d = len(model.blocks), model.token_embedding.embedding_dim
+    if hf_gpt2.config.n_layer != n or hf_gpt2.config.n_embd != d:
+        raise ValueError("GPT-2 and the model differ in size")
+    ours = {"token_embedding.weight": sd["transformer.wte.weight"], "lm_head.weight": sd["transformer.wte.weight"],
+            "position_embedding.weight": sd["transformer.wpe.weight"],
+            "norm_f.weight": sd["transformer.ln_f.weight"], "norm_f.bias": sd["transformer.ln_f.bias"]}
+    for i in range(n):
+        p = f"transformer.h.{i}."
+        q, k, v = sd[p + "attn.c_attn.weight"].T.chunk(3, dim=0)
+        qb, kb, vb = sd[p + "attn.c_attn.bias"].chunk(3)
+        b = f"blocks.{i}."
+        ours.update({
+            b + "attention.query_matrix.weight": q, b + "attention.query_matrix.bias": qb,
+            b + "attention.key_matrix.weight": k, b + "attention.key_matrix.bias": kb,
+            b + "attention.value_matrix.weight": v, b + "attention.value_matrix.bias": vb,
+            b + "attention.out.weight": sd[p + "attn.c_proj.weight"].T, b + "attention.out.bias": sd[p + "attn.c_proj.bias"],
+            b + "feed_forward.0.weight": sd[p + "mlp.c_fc.weight"].T, b + "feed_forward.0.bias": sd[p + "mlp.c_fc.bias"],
+            b + "feed_forward.2.weight": sd[p + "mlp.c_proj.weight"].T, b + "feed_forward.2.bias": sd[p + "mlp.c_proj.bias"],
+            b + "norm1.weight": sd[p + "ln_1.weight"], b + "norm1.bias": sd[p + "ln_1.bias"],
+            b + "norm2.weight": sd[p + "ln_2.weight"], b + "norm2.bias": sd[p + "ln_2.bias"],
+        })
+    model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=False)
+    return model
+'''),
+                    "generate": Replace('''
+@torch.no_grad()
+def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True, generator=None):
+    out = ids.clone()
+    cache = None
+    for step in range(max_new_tokens):
+        cached = 0 if cache is None else cache[0][0].shape[2]
+        if use_cache and cache is not None and cached + 1 <= model.seq_len:
+            logits, cache = model(out[:, -1:], past=cache)
+        else:
+            logits, cache = model(out[:, -model.seq_len:])
+        last = logits[:, -1, :]
+        if temperature == 0:
+            out = torch.cat([out, last.argmax(-1).unsqueeze(1)], dim=1)
+            continue
+        last = last / temperature
+        if top_k is not None:
+            k = min(top_k, last.shape[-1])
+            cutoff = last.topk(k, dim=-1).values[:, -1:]
+            last = torch.where(last >= cutoff, last, torch.full_like(last, float("-inf")))
+        probs = last.softmax(-1)
+        if top_p is not None:
+            for row in range(probs.shape[0]):
+                order = probs[row].argsort(descending=True).tolist()
+                total, keep = 0.0, []
+                for token in order:
+                    keep.append(token)
+                    total += probs[row, token].item()
+                    if total >= top_p:
+                        break
+                kept = torch.zeros_like(probs[row])
+                kept[keep] = probs[row, keep]
+                probs[row] = kept
+        choice = torch.multinomial(probs, num_samples=1, generator=generator)
+        out = torch.cat([out, choice], dim=1)
+    return out
+'''),
+                }),
+]
