@@ -2,13 +2,16 @@
 
 Every ratio is measured side by side in one run (reference and PyTorch interleaved, median of
 repeats), because these machines are noisy. Run: `course bench` (or `python benchmarks/bench.py`).
-Options: --quick (smaller shapes), --no-grading (skip the notebook timings), --device cuda,
---threads N; --scale (only the class throughput of the whole five-notebook course: 1 and 2
-local workers and a Dask cluster of 2 workers, and a projection to --project students).
+Options: --quick (smaller shapes), --no-grading (skip the notebook timings), --no-gpt (skip the
+notebook 06 rows), --device cuda, --threads N; --gpt (only the notebook 06 rows: generation with
+and without the key/value cache, and the GPT against Hugging Face's GPT2LMHeadModel); --scale
+(only the class throughput of the whole course: 1 and 2 local workers and a Dask cluster of 2
+workers, and a projection to --project students).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -124,6 +127,115 @@ def module_rows(ns, device, lengths, batch, embed_dim, heads, repeats):
                      saved_bytes(lambda: model(src, tgt[:, :-1])),
                      saved_bytes(lambda: head(core(emb_s(src), emb_t(tgt[:, :-1]), tgt_mask=mask)))))
     return rows
+
+
+def generation_rows(ns, device, lengths, prompt=16, vocab=1000, embed_dim=128, layers=4, heads=4,
+                    repeats=3, long_repeats=1):
+    """Greedy generation by notebook 06's `generate` with the key/value cache and without it.
+
+    Without the cache every new token re-runs the model over the whole sequence so far (total
+    work quadratic in the length, attention cubic); with it only the new token goes through the
+    model, attending to the kept keys and values. Both paths must give the same tokens: that
+    checks the cache. A GPT with random weights (only the shapes matter for the time), batch 1.
+    One warm-up for the whole table, then per length the two paths interleaved, median of
+    ``repeats`` runs; lengths of 1024 and more take ``long_repeats`` (the uncached 1024-token run
+    is by far the slowest line of the section).
+    Returns [(new tokens, runs, cached seconds, uncached seconds, first differing position or None)]."""
+    generate = ns["generate"]
+    model = ns["GPT"](vocab, embed_dim, prompt + max(lengths), layers, heads, dropout=0.0).to(device).eval()
+    ids = torch.randint(0, vocab, (1, prompt), device=device)
+    for cache in (True, False):                                    # warm-up
+        generate(model, ids, 8, temperature=0, use_cache=cache)
+    rows = []
+    for n in lengths:
+        runs = long_repeats if n >= 1024 else repeats
+        out, times = {}, {True: [], False: []}
+        for _ in range(runs):                                      # interleaved: drift hits both
+            for cache in (True, False):
+                def run(cache=cache):
+                    out[cache] = generate(model, ids, n, temperature=0, use_cache=cache)
+                times[cache] += timeit(run, device, 1)
+        differ = (out[True] != out[False]).any(dim=0).nonzero()
+        rows.append((n, runs, statistics.median(times[True]), statistics.median(times[False]),
+                     None if len(differ) == 0 else int(differ[0]) - prompt))
+    return rows
+
+
+def gpt2_rows(ns, device, batch=8, T=128, vocab=1000, embed_dim=256, layers=4, heads=4, repeats=5):
+    """Notebook 06's GPT against Hugging Face's GPT2LMHeadModel of the same size and weights.
+
+    A scaled-down GPT-2 (no download: random weights from the config) is copied into the
+    reference GPT with `load_gpt2_weights`, so the logits must agree (checks the port; the
+    largest difference is returned) and the timing compares like with like: forward + backward of
+    the next-token cross-entropy, both in train mode with dropout 0. Hugging Face's default
+    attention is PyTorch's fused scaled_dot_product_attention ("sdpa"); its "eager" path, like
+    the notebook's, computes the T x T weights explicitly: a row against each.
+    Returns (max |logits difference|, [(label, baseline, T, ours s, theirs s, ours act bytes,
+    theirs act bytes)])."""
+    import copy
+    import torch.nn.functional as F
+    import transformers
+    transformers.logging.set_verbosity_error()
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=T, n_embd=embed_dim, n_layer=layers,
+                                     n_head=heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                     bos_token_id=0, eos_token_id=0)
+    hf = transformers.GPT2LMHeadModel(config)
+    model = ns["load_gpt2_weights"](ns["GPT"](vocab, embed_dim, T, layers, heads, dropout=0.0), hf)
+    model, hf = model.to(device).train(), hf.to(device).train()
+    hf_eager = copy.deepcopy(hf)
+    hf_eager.set_attn_implementation("eager")
+    ids = torch.randint(0, vocab, (batch, T), device=device)
+    ours = lambda: model(ids)[0]
+    theirs = {m: (lambda m=m: m(input_ids=ids, use_cache=False).logits) for m in (hf, hf_eager)}
+    with torch.no_grad():
+        diff = max((ours() - theirs[m]()).abs().max().item() for m in (hf, hf_eager))
+    assert diff < 1e-4, f"the GPT's logits differ from GPT2LMHeadModel's by {diff:.2e} (> 1e-4)"
+
+    def step(net, logits_fn):
+        def fn():
+            net.zero_grad(set_to_none=True)
+            logits = logits_fn()
+            F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1)).backward()
+        return fn
+
+    rows = []
+    for label, net in [("GPT2LMHeadModel (sdpa)", hf), ("GPT2LMHeadModel (eager)", hf_eager)]:
+        r, p = side_by_side(step(model, ours), step(net, theirs[net]), device, repeats)
+        rows.append(("GPT (06) fwd+bwd", label, T, r, p, saved_bytes(ours), saved_bytes(theirs[net])))
+    return diff, rows
+
+
+def section_time(name: str, wall: float, cpu: float, loadavg: float):
+    """Wall and CPU seconds of a section, and the load average before it: on a shared machine the
+    CPU seconds (all threads) tell the section's own cost when other work slows the wall clock."""
+    print(f"{name} section: {time.perf_counter() - wall:.1f} s wall, {time.process_time() - cpu:.1f} s CPU "
+          f"(load average before: {loadavg:.1f})")
+
+
+def print_gpt(ns, device, quick: bool, repeats: int):
+    """The two notebook 06 tables, each with the seconds it took."""
+    t, cpu, loadavg = time.perf_counter(), time.process_time(), os.getloadavg()[0]
+    lengths = [64, 256] if quick else [64, 256, 1024]
+    rows = generation_rows(ns, device, lengths)
+    print("\ngreedy generation, notebook 06 generate(); GPT vocab 1000, embed_dim 128, 4 layers, 4 heads, "
+          "random weights; batch 1, prompt 16:")
+    print(f"{'new tokens':>10}{'runs':>6}{'cached tok/s':>14}{'uncached tok/s':>16}{'speed-up':>10}  same tokens")
+    for n, runs, cached, uncached, differ in rows:
+        same = "yes" if differ is None else f"NO (from new token {differ})"
+        print(f"{n:>10}{runs:>6}{n / cached:>14.1f}{n / uncached:>16.1f}{uncached / cached:>10.2f}  {same}")
+    section_time("generation", t, cpu, loadavg)
+
+    t, cpu, loadavg = time.perf_counter(), time.process_time(), os.getloadavg()[0]
+    diff, rows = gpt2_rows(ns, device, repeats=repeats)
+    print("\nGPT (06) vs Hugging Face GPT2LMHeadModel, same size and weights (vocab 1000, embed_dim 256, "
+          "4 layers, 4 heads), batch 8, train mode, dropout 0;")
+    print(f"max |logits difference| after load_gpt2_weights: {diff:.2e} (must be < 1e-4)")
+    print(f"{'comparison':<28}{'Hugging Face baseline':<28}{'T':>6}{'ref ms':>10}{'HF ms':>10}{'ratio':>8}"
+          f"{'ref act MB':>12}{'HF act MB':>14}")
+    for label, base, T, r, p, mr, mp in rows:
+        print(f"{label:<28}{base:<28}{T:>6}{r * 1e3:>10.1f}{p * 1e3:>10.1f}{r / p:>8.2f}"
+              f"{mr / 2**20:>12.1f}{mp / 2**20:>14.1f}")
+    section_time("GPT-2", t, cpu, loadavg)
 
 
 def floor_seconds() -> float:
@@ -274,7 +386,11 @@ def main(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--class-size", type=int, default=6, help="students for the throughput rows")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads for the module table (default: torch's own choice)")
+                   help="torch threads for the module and GPT tables (default: torch's own choice)")
+    p.add_argument("--gpt", action="store_true",
+                   help="only the notebook 06 rows: generation with and without the key/value cache, "
+                        "and the GPT against Hugging Face's GPT2LMHeadModel of the same size")
+    p.add_argument("--no-gpt", action="store_true", help="skip the notebook 06 rows")
     p.add_argument("--scale", action="store_true",
                    help="only the whole-course class throughput (1 and 2 local workers, Dask with 2) "
                         "and the projection to --project students")
@@ -291,6 +407,10 @@ def main(argv=None):
     ns = load()
     lengths = [64, 256] if args.quick else [64, 256, 1024]
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    if args.gpt:
+        print(f"device: {name}; torch {torch.__version__}")
+        print_gpt(ns, device, args.quick, 5 if args.quick else 7)
+        return 0
     print(f"device: {name}; torch {torch.__version__}; batch 4, embed_dim 256, 8 heads")
     print(f"{'comparison':<28}{'PyTorch baseline':<28}{'T':>6}{'ref ms':>10}{'torch ms':>10}{'ratio':>8}"
           f"{'ref act MB':>12}{'torch act MB':>14}")
@@ -298,6 +418,8 @@ def main(argv=None):
         flag = "" if r / pt <= 1.3 else "  > 1.3x target"
         print(f"{label:<28}{base:<28}{T:>6}{r * 1e3:>10.1f}{pt * 1e3:>10.1f}{r / pt:>8.2f}"
               f"{mr / 2**20:>12.1f}{mp / 2**20:>14.1f}{flag}")
+    if not args.no_gpt:
+        print_gpt(ns, device, args.quick, 5 if args.quick else 7)
     if args.no_grading:
         return 0
     floor = floor_seconds()

@@ -20,6 +20,7 @@ DEMO_BUG = {
     "03_encoder": "residual_with_value",
     "04_decoder": "no_target_mask",
     "05_training": "no_zero_grad",
+    "06_gpt": "load_attention_untransposed",
 }
 
 
