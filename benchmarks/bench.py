@@ -301,13 +301,12 @@ def throughput_rows(class_size: int, assignment: str = "01_attention"):
 def scale_rows(class_size: int, dask_workers: int = 2):
     """Whole-course class throughput, every score into the course's one gradebook.
 
-    One course folder with all five assignments generated (setup, not timed) and ``class_size``
-    students who each submitted the five reference notebooks; each run grades a fresh copy of
+    One course folder with every assignment generated (setup, not timed) and ``class_size``
+    students who each submitted every reference notebook; each run grades a fresh copy of
     it, one task per (student, notebook), as `course grade` does: 1 local worker on SQLite
     (the sequential default), 2 local workers on PostgreSQL (`--workers 2`), and a Dask
     LocalCluster of 2 worker processes on PostgreSQL (`--dask --workers 2`).
     Returns [(label, workers, seconds, all full marks, load average before the run)]."""
-    import os
     import shutil
     from course import db, distributed
     root = repo_root()
@@ -364,7 +363,8 @@ def scale_rows(class_size: int, dask_workers: int = 2):
 
 
 def print_scale(rows, class_size: int, project: int):
-    print(f"\nwhole course (5 notebooks per student, one task per notebook), class of {class_size}:")
+    print(f"\nwhole course ({len(assignments(repo_root()))} notebooks per student, one task per notebook), "
+          f"class of {class_size}:")
     print(f"{'engine':<44}{'seconds':>9}{'students/min':>14}{'worker-s/student':>18}{'load avg':>10}")
     for label, workers, seconds, ok, loadavg in rows:
         print(f"{label:<44}{seconds:>9.1f}{60 * class_size / seconds:>14.2f}"
