@@ -14,8 +14,22 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# torch imports and the small training runs of 05_training need more than nbgrader's 30 s.
+# torch imports and the small training runs of 05_training need more than nbgrader's 30 s: 180 s
+# per cell on the reference 2-core machine, scaled by this machine's measured speed. `course grade`
+# (and the scratch graders of the demo, the tests and the benchmarks) calibrate at the start of a
+# run and record the limit in .grading-speed.json (course/load.py), so a loaded grading machine
+# gives every cell proportionally more time: a grade never depends on the machine's load.
+import json as _json  # noqa: E402
+import os as _os  # noqa: E402
+
 c.Execute.timeout = 180
+_speed_file = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), ".grading-speed.json")  # noqa: F821
+if _os.path.exists(_speed_file):
+    try:
+        with open(_speed_file) as _f:
+            c.Execute.timeout = max(180, int(_json.load(_f)["cell_timeout"]))
+    except (ValueError, KeyError, OSError):
+        pass
 c.Execute.interrupt_on_timeout = True
 # A kernel that stops answering (os._exit, segfault) is restarted once, then the notebook is
 # recorded as failed; the class goes on.
@@ -75,8 +89,6 @@ else:
 # The gradebook: gradebook.db (SQLite) unless `course db start` / `course db use URL` recorded a
 # PostgreSQL URL in .gradebook-url (git-ignored, readable by the instructor only); then
 # `nbgrader export`, formgrader and `course grade` all use that one gradebook (course/db.py).
-import os as _os  # noqa: E402
-
 _url_file = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), ".gradebook-url")  # noqa: F821
 if _os.path.exists(_url_file):
     with open(_url_file) as _f:

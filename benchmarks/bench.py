@@ -397,6 +397,9 @@ def main(argv=None):
     p.add_argument("--scale-class", type=int, default=4, help="students in the --scale class")
     p.add_argument("--project", type=int, default=5000, help="class size of the projection")
     args = p.parse_args(argv)
+    if not args.no_grading or args.scale:
+        from course.isolation import mode
+        print(f"kernel isolation: {mode()}", flush=True)
     if args.scale:
         print_scale(scale_rows(args.scale_class), args.scale_class, args.project)
         return 0

@@ -85,6 +85,13 @@ def grade_command(args) -> int:
     if not students:
         raise SystemExit(f"no submissions in {submitted}/*/{args.assignment}/ "
                          "(collect them first: `nbgrader collect` or `nbgrader zip_collect`)")
+    from .sandbox import SandboxMissing, allow_unsandboxed_from_env, mode, require_sandbox
+    print(f"kernel isolation: {mode()}", flush=True)
+    allow = bool(getattr(args, "allow_unsandboxed", False)) or allow_unsandboxed_from_env()
+    try:
+        require_sandbox(len(students), allow)
+    except SandboxMissing as e:
+        raise SystemExit(f"course grade: {e}") from None
     scheduler = getattr(args, "scheduler", None)
     use_dask = bool(scheduler or getattr(args, "dask", False))
     parallel = args.workers > 1 or use_dask
@@ -96,8 +103,10 @@ def grade_command(args) -> int:
             raise SystemExit(f"cannot reach the gradebook {db.redact(url)}: {str(e).splitlines()[0]}\n"
                              "start it (`course db start` for the course's local one) or pass --db URL") from None
     ws = grading.Workspace.existing(course_dir)
-    from .sandbox import mode
-    print(f"kernel isolation: {mode()}")
+    from .load import write_speed
+    speed = write_speed(course_dir, fresh=True)
+    print(f"per-cell time limit: {speed['cell_timeout']} s (calibrated: this machine takes "
+          f"{speed['slowdown']:.2f}x the reference machine's time right now)")
     print(f"gradebook: {db.redact(url)}")
     for student in students:
         for note in ws.prepare(student, args.assignment):
@@ -130,7 +139,8 @@ def grade_command(args) -> int:
         with DaskGrader(scheduler, workers=max(1, args.workers)) as grader:
             grader.wait_for_workers(1)
             print(f"dask scheduler {grader.address} with {grader.n_workers()} workers")
-            grader.run(course_dir, pairs, url, timeout=timeout, on_done=progress)
+            grader.run(course_dir, pairs, url, timeout=timeout, on_done=progress,
+                       allow_unsandboxed=allow)
         how = f"a Dask cluster ({scheduler or f'LocalCluster of {args.workers}'})"
     elif args.workers > 1:
         from .distributed import run_local

@@ -47,6 +47,11 @@ def _demo(args):
     return demo(assignment=args.assignment, out=Path(args.out) if args.out else None)
 
 
+def _mutants(args):
+    from .mutants import command
+    return command(args)
+
+
 def _bench(args):
     import runpy
     from .paths import repo_root
@@ -86,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--dask", action="store_true",
                    help="grade on a Dask LocalCluster of --workers processes on this machine")
     g.add_argument("--timeout", type=float, default=None, help="seconds per submission (default: none)")
+    g.add_argument("--allow-unsandboxed", action="store_true",
+                   help="on Linux without bubblewrap, grade several students anyway (resource limits only)")
     g.set_defaults(func=_grade)
 
     dbp = sub.add_parser("db", help="the course's gradebook: a local PostgreSQL, migration between URLs")
@@ -107,6 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--assignment", default="01_attention")
     d.add_argument("--out", default=None, help="folder for the CSV and PNG (default: ./demo-output)")
     d.set_defaults(func=_demo)
+
+    mu = sub.add_parser("mutants", help="mutation testing: grade AST mutants of the reference solutions "
+                                         "with the notebook's checks (gate 9)")
+    mu.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    mu.add_argument("--cell", action="append", help="only the mutants of this solution cell (grade id)")
+    mu.add_argument("--id", action="append", help="only this mutant id (repeatable)")
+    mu.add_argument("--sample", type=int, default=None, help="grade a seeded random sample of N mutants")
+    mu.add_argument("--seed", type=int, default=0)
+    mu.add_argument("--budget", type=float, default=None, help="stop after this many seconds per notebook")
+    mu.add_argument("--list", action="store_true", help="list the mutants without grading them")
+    mu.add_argument("--json", default=None, help="write every result to this JSON file")
+    mu.add_argument("-v", "--verbose", action="store_true", help="print every mutant and what killed it")
+    mu.set_defaults(func=_mutants)
 
     be = sub.add_parser("bench", help="benchmarks: reference vs PyTorch ratios, grading seconds")
     be.add_argument("rest", nargs=argparse.REMAINDER, help="--quick, --no-grading, --device cuda")

@@ -36,6 +36,10 @@ def demo(assignment: str = "01_attention", out: Path | None = None) -> int:
         "untouched": release_notebook(assignment, root),
         "buggy": bank.apply(bug, assignment, root),
     }
+    from .isolation import mode
+    # The demo grades the course's own three notebooks, not students' code: no flag is needed
+    # without bubblewrap, but it says what a real class would get.
+    print(f"kernel isolation: {mode()}", flush=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="course-demo-") as tmp:
         print(f"Demo class for {assignment} in a scratch nbgrader course ({tmp}):")

@@ -43,6 +43,7 @@ class SubmissionTask:
     source: dict[str, bytes]             # source/<assignment>/ files, by relative path
     submitted: dict[str, bytes]          # submitted/<student>/<assignment>/ files
     timeout: float | None = None
+    allow_unsandboxed: bool = False      # the instructor's --allow-unsandboxed
 
 
 @dataclass
@@ -79,14 +80,14 @@ def _write_tree(folder: Path, files: dict[str, bytes]) -> None:
 
 
 def build_task(course_dir: Path, assignment: str, student: str, db_url: str,
-               timeout: float | None = None) -> SubmissionTask:
+               timeout: float | None = None, allow_unsandboxed: bool = False) -> SubmissionTask:
     course_dir = Path(course_dir)
     return SubmissionTask(
         assignment=assignment, student=student, db_url=db_url,
         config=(course_dir / "nbgrader_config.py").read_text(),
         source=_read_tree(course_dir / "source" / assignment),
         submitted=_read_tree(course_dir / "submitted" / student / assignment),
-        timeout=timeout)
+        timeout=timeout, allow_unsandboxed=allow_unsandboxed)
 
 
 def _who() -> str:
@@ -97,9 +98,17 @@ def grade_task(task: SubmissionTask) -> Outcome:
     """Run on a worker: grade one submission in a scratch course folder, scores to the shared
     gradebook, the autograded folder back to the caller."""
     t0 = time.perf_counter()
+    from .isolation import SandboxMissing, mode, require_sandbox
+    try:   # a worker grades many students over time: it needs the sandbox like `course grade`
+        require_sandbox(2, task.allow_unsandboxed)
+    except SandboxMissing as e:
+        return Outcome(task.assignment, task.student, 3, time.perf_counter() - t0,
+                       f"worker {_who()}: kernel isolation: {mode()}\n{e}", {}, _who(), False)
     root = Path(tempfile.mkdtemp(prefix="course-task-"))
     try:
         (root / "nbgrader_config.py").write_text(task.config)
+        from .load import write_speed
+        write_speed(root)            # this worker's own speed sets its per-cell time limit
         _write_tree(root / "source" / task.assignment, task.source)
         _write_tree(root / "submitted" / task.student / task.assignment, task.submitted)
         proc = nbgrader(["autograde", task.assignment, f"--student={task.student}", "--force"], root,
@@ -172,14 +181,15 @@ class DaskGrader:
         self.client.wait_for_workers(n, timeout=timeout)
 
     def run(self, course_dir: Path, pairs: Pairs, db_url: str, timeout: float | None = None,
-            on_done: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+            on_done: Callable[[Outcome], None] | None = None,
+            allow_unsandboxed: bool = False) -> list[Outcome]:
         """One task per submission; results written back as they arrive. A task whose workers
         keep dying (the scheduler's allowed-failures) comes back as a failed Outcome."""
         from distributed import as_completed as dask_completed
         course_dir = Path(course_dir)
         futures = {}
         for assignment, student in pairs:
-            task = build_task(course_dir, assignment, student, db_url, timeout)
+            task = build_task(course_dir, assignment, student, db_url, timeout, allow_unsandboxed)
             # pure=False: a rerun of `course grade` grades again; the key names the submission.
             fut = self.client.submit(grade_task, task, key=f"grade-{assignment}-{student}-{time.time_ns()}",
                                      pure=False, retries=1)

@@ -59,6 +59,8 @@ class Workspace:
         self.rejected: dict[str, str] = {}     # student -> why the submission cannot be graded
         config = (self.repo / "nbgrader_config.py").read_text()
         (self.root / "nbgrader_config.py").write_text(config + "\n" + extra_config)
+        from .load import write_speed
+        write_speed(self.root)       # the per-cell time limit from this machine's measured speed
         for a in assignments or []:
             dest = self.root / "source" / a
             if dest.exists():

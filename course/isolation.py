@@ -18,14 +18,61 @@ FILE_BYTES = 256 * 1024 ** 2
 HIDDEN = ["source", "submitted", "autograded", "feedback", "release", "downloaded", "rejected"]
 
 
+_BWRAP_OK: bool | None = None
+
+
 def bwrap_works() -> bool:
-    return sys.platform.startswith("linux") and shutil.which("bwrap") is not None
+    """bubblewrap is installed AND can make the namespaces it needs here (a container without
+    user namespaces has the program but cannot use it): tried once per process."""
+    global _BWRAP_OK
+    if _BWRAP_OK is None:
+        _BWRAP_OK = False
+        if sys.platform.startswith("linux") and shutil.which("bwrap"):
+            import subprocess
+            try:
+                _BWRAP_OK = subprocess.run(
+                    ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                     "--unshare-net", "--unshare-ipc", "--unshare-pid", "true"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                _BWRAP_OK = False
+    return _BWRAP_OK
+
+
+INSTALL_BWRAP = ("install bubblewrap: `sudo apt-get install -y bubblewrap` (Debian, Ubuntu), "
+                 "`sudo dnf install -y bubblewrap` (Fedora, RHEL), `sudo pacman -S bubblewrap` (Arch); "
+                 "in a container, allow user namespaces (e.g. Docker's --security-opt seccomp=unconfined)")
 
 
 def mode() -> str:
+    """One line saying which isolation graded kernels get on this machine."""
     if bwrap_works():
         return "bubblewrap sandbox (no network, solutions and gradebook hidden) + resource limits"
-    return "resource limits only (bubblewrap not found: install it for network and file isolation)"
+    if sys.platform.startswith("linux"):
+        why = "installed but unusable here" if shutil.which("bwrap") else "not installed"
+        return (f"NOT SANDBOXED: resource limits only (bubblewrap {why}: student code can read the "
+                f"solutions and the network); {INSTALL_BWRAP}")
+    return f"resource limits only ({sys.platform} has no bubblewrap: no network or file isolation)"
+
+
+class SandboxMissing(RuntimeError):
+    """Grading several students on Linux without bubblewrap, and no one said that is fine."""
+
+
+def require_sandbox(n_students: int, allow_unsandboxed: bool = False) -> None:
+    """On Linux, grading more than one student without bubblewrap needs an explicit flag: one
+    student's code could otherwise read the hidden tests and every other student's work."""
+    if n_students > 1 and not allow_unsandboxed and sys.platform.startswith("linux") \
+            and not bwrap_works():
+        raise SandboxMissing(
+            f"refusing to grade {n_students} students without the bubblewrap sandbox: submitted code "
+            "could read the hidden tests, the gradebook and the other submissions, and use the "
+            f"network. To fix it, {INSTALL_BWRAP}. To grade anyway with resource limits only, pass "
+            "--allow-unsandboxed (or set COURSE_ALLOW_UNSANDBOXED=1).")
+
+
+def allow_unsandboxed_from_env() -> bool:
+    return os.environ.get("COURSE_ALLOW_UNSANDBOXED", "") not in ("", "0", "false", "no")
 
 
 def course_root_of(own_dir: Path) -> Path:

@@ -30,8 +30,9 @@ from jupyter_client.manager import AsyncKernelManager
 from nbgrader.preprocessors import Execute
 
 # The kernel side lives in course.isolation (standard library only, it runs before each kernel).
-from .isolation import (CPU_SECONDS, FILE_BYTES, HIDDEN, MEMORY_BYTES, bwrap_command,  # noqa: F401
-                        bwrap_works, course_checkouts, course_root_of, launch, mode, python_folders_under)
+from .isolation import (CPU_SECONDS, FILE_BYTES, HIDDEN, MEMORY_BYTES, SandboxMissing,  # noqa: F401
+                        allow_unsandboxed_from_env, bwrap_command, bwrap_works, course_checkouts,
+                        course_root_of, launch, mode, python_folders_under, require_sandbox)
 
 
 class SandboxedKernelManager(AsyncKernelManager):

@@ -1,0 +1,149 @@
+"""Grades that do not depend on how loaded the grading machine is.
+
+A check never reads a clock with a fixed slack (complexity is judged by a ratio measured in one
+run, in CPU time); what is left that a loaded machine can change is nbgrader's per-cell time
+limit. So that limit comes from the grading machine's measured speed: `calibrate()` times a
+fixed CPU workload (pure Python and small tensor work, one thread) at the start of every grading
+run, and `cell_timeout()` scales the course's base limit (set for the reference 2-core machine)
+by how much slower this machine is right now, never below the base. The result is written to
+``.grading-speed.json`` in the course folder, which nbgrader_config.py reads, so plain `nbgrader
+autograde` in that folder uses it too.
+
+`grade_under_load()` proves it: it grades submissions with twice as many grading workers as
+cores plus CPU hogs, and `compare()` says which per-cell scores differ from a quiet run
+(tests/test_load.py, `course bench --load`).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+SPEED_FILE = ".grading-speed.json"
+BASE_CELL_TIMEOUT = 180.0      # seconds per cell on the reference machine (a 2-core CPU, quiet)
+# calibrate()'s median on the reference machine (this project's 2-core x86-64 CPU, quiet, torch
+# 2.13 CPU); 0.34-0.40 s there with a load average of 2.
+REFERENCE_WORKLOAD_SECONDS = 0.28
+
+
+def _workload() -> float:
+    """A fixed mix of interpreter and tensor work, like a grading kernel's: seconds it took."""
+    import torch
+    t = time.perf_counter()
+    total = 0
+    for i in range(1_600_000):
+        total += i % 7
+    a = torch.ones(64, 64)
+    with torch.no_grad():
+        for _ in range(2_400):
+            a = torch.tanh(a @ a * 0.01)
+    return time.perf_counter() - t
+
+
+def calibrate(repeats: int = 3) -> dict:
+    """This machine's speed now: the workload's median seconds and the slowdown against the
+    reference machine (1.0 there; 3.0 means cells take three times as long here)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seconds = statistics.median(_workload() for _ in range(repeats))
+    finally:
+        torch.set_num_threads(threads)
+    slowdown = seconds / REFERENCE_WORKLOAD_SECONDS
+    return {"workload_seconds": round(seconds, 4), "slowdown": round(slowdown, 3),
+            "cell_timeout": cell_timeout(slowdown), "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "loadavg": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
+
+
+def cell_timeout(slowdown: float) -> int:
+    """The base limit scaled by the measured slowdown, never below the base."""
+    return int(round(BASE_CELL_TIMEOUT * max(1.0, slowdown)))
+
+
+_CACHED: dict | None = None
+
+
+def write_speed(course_dir: Path, fresh: bool = False) -> dict:
+    """Calibrate (once per process unless `fresh`) and record it where nbgrader_config.py looks."""
+    global _CACHED
+    if _CACHED is None or fresh:
+        _CACHED = calibrate()
+    path = Path(course_dir) / SPEED_FILE
+    path.write_text(json.dumps(_CACHED, indent=1) + "\n")
+    return _CACHED
+
+
+# --- oversubscription -----------------------------------------------------------------------
+
+def _spin(stop_at: float) -> None:
+    x = 0
+    while time.time() < stop_at:
+        x = (x * 1103515245 + 12345) % 2 ** 31
+
+
+@contextmanager
+def cpu_hogs(n: int, max_seconds: float = 3600):
+    """n busy processes (one core each) for the duration of the block; each stops by itself
+    after max_seconds even if the block never ends."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_spin, args=(time.time() + max_seconds,), daemon=True) for _ in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(5)
+
+
+def grade_under_load(submissions: dict[str, dict], workdir: Path, workers: int | None = None,
+                     hogs: int | None = None, repo: Path | None = None) -> dict:
+    """Grade ``{assignment: {student: notebook}}`` with `workers` concurrent nbgrader processes
+    (default: twice the cores) while `hogs` CPU hogs run (default: one per core).
+
+    Each (assignment, student) is one task in its own scratch course folder with its own SQLite
+    gradebook, so no database is needed. Returns {(assignment, student): {grade_id: score}}
+    plus the calibration each folder recorded (key "speed") and the wall seconds ("seconds").
+    """
+    from . import grading
+    cores = os.cpu_count() or 1
+    workers = workers or 2 * cores
+    hogs = cores if hogs is None else hogs
+    tasks = [(a, s) for a, subs in submissions.items() for s in subs]
+
+    def one(i_task):
+        i, (assignment, student) = i_task
+        ws = grading.Workspace(Path(workdir) / f"task{i:03d}", repo, [assignment])
+        ws.generate(assignment)
+        ws.submit(student, assignment, submissions[assignment][student])
+        ws.autograde(assignment, student)
+        res = ws.results(assignment, [student])[student]
+        scores = {g: c.score for g, c in res.cells.items() if not c.manual}
+        return (assignment, student), (scores if res.error is None else {"<error>": res.error})
+
+    with cpu_hogs(hogs):
+        t = time.perf_counter()
+        with ThreadPoolExecutor(workers) as pool:
+            out = dict(pool.map(one, enumerate(tasks)))
+        seconds = time.perf_counter() - t
+    speeds = [json.loads(p.read_text()) for p in Path(workdir).glob(f"task*/{SPEED_FILE}")]
+    return {"scores": out, "seconds": seconds, "workers": workers, "hogs": hogs, "speed": speeds}
+
+
+def compare(quiet: dict, loaded: dict) -> list[str]:
+    """Every (assignment, student, grade cell) whose score differs between the two runs."""
+    diffs = []
+    for key in sorted(set(quiet) | set(loaded)):
+        a, b = quiet.get(key, {}), loaded.get(key, {})
+        for gid in sorted(set(a) | set(b)):
+            if a.get(gid) != b.get(gid):
+                diffs.append(f"{key[0]} {key[1]} {gid}: quiet {a.get(gid)} vs loaded {b.get(gid)}")
+    return diffs
