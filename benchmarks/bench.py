@@ -379,6 +379,40 @@ def print_scale(rows, class_size: int, project: int):
         print(f"  {workers:>4} workers: {hours:6.2f} h ({60 * workers / cost:.1f} students/minute)")
 
 
+def load_rows(runs: int, with_bank: bool, only: list[str] | None = None):
+    """The same grades under load: a quiet run (workers = cores, no hogs), then `runs` runs with
+    twice as many workers as cores plus a CPU hog per core; per-cell differences counted."""
+    from course import load
+    root = repo_root()
+    ids = only or assignments(root)
+    subs = {}
+    for a in ids:
+        subs[a] = {"reference": bank.reference_submission(a, root)}
+        if with_bank:
+            for entry in bank.load(a, root):
+                subs[a][f"bank-{entry.name}"] = bank.apply(entry, a, root)
+    cores = os.cpu_count() or 1
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="course-load-") as tmp:
+        quiet = load.grade_under_load(subs, Path(tmp) / "quiet", workers=cores, hogs=0)
+        rows.append(("quiet", quiet, []))
+        for i in range(runs):
+            loaded = load.grade_under_load(subs, Path(tmp) / f"loaded{i}")
+            rows.append((f"oversubscribed {i + 1}", loaded, load.compare(quiet["scores"], loaded["scores"])))
+    n_cells = sum(len(v) for v in quiet["scores"].values())
+    print(f"\nthe same grades under load: {sum(len(v) for v in subs.values())} submissions of "
+          f"{len(ids)} notebooks ({'reference and bank' if with_bank else 'reference'}), {n_cells} grade cells")
+    print(f"{'run':<22}{'workers':>8}{'hogs':>6}{'seconds':>9}{'slowdown':>10}{'cell limit s':>14}{'cells differing':>17}")
+    for label, run, diffs in rows:
+        slow = max((s["slowdown"] for s in run["speed"]), default=float("nan"))
+        limit = max((s["cell_timeout"] for s in run["speed"]), default=0)
+        print(f"{label:<22}{run['workers']:>8}{run['hogs']:>6}{run['seconds']:>9.0f}{slow:>10.2f}{limit:>14}"
+              f"{len(diffs):>17}")
+        for d in diffs[:20]:
+            print(f"    {d}")
+    return rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true")
@@ -396,10 +430,19 @@ def main(argv=None):
                         "and the projection to --project students")
     p.add_argument("--scale-class", type=int, default=4, help="students in the --scale class")
     p.add_argument("--project", type=int, default=5000, help="class size of the projection")
+    p.add_argument("--load", action="store_true",
+                   help="only the same-grades-under-load rows: a quiet run, then --load-runs runs with "
+                        "twice as many grading workers as cores plus a CPU hog per core")
+    p.add_argument("--load-runs", type=int, default=3)
+    p.add_argument("--load-bank", action="store_true", help="--load grades every bank entry too")
+    p.add_argument("--load-only", nargs="*", default=None, metavar="ID", help="--load: only these notebooks")
     args = p.parse_args(argv)
-    if not args.no_grading or args.scale:
+    if not args.no_grading or args.scale or args.load:
         from course.isolation import mode
         print(f"kernel isolation: {mode()}", flush=True)
+    if args.load:
+        rows = load_rows(args.load_runs, args.load_bank, args.load_only)
+        return 0 if not any(diffs for _, _, diffs in rows) else 1
     if args.scale:
         print_scale(scale_rows(args.scale_class), args.scale_class, args.project)
         return 0

@@ -69,14 +69,16 @@ def cell_timeout(slowdown: float) -> int:
 _CACHED: dict | None = None
 
 
-def write_speed(course_dir: Path, fresh: bool = False) -> dict:
-    """Calibrate (once per process unless `fresh`) and record it where nbgrader_config.py looks."""
+def write_speed(course_dir: Path, fresh: bool = False, max_age: float = 60.0) -> dict:
+    """Calibrate (again when the last calibration of this process is older than `max_age`
+    seconds, or `fresh`) and record it where nbgrader_config.py looks."""
     global _CACHED
-    if _CACHED is None or fresh:
-        _CACHED = calibrate()
+    if _CACHED is None or fresh or time.time() - _CACHED["_at"] > max_age:
+        _CACHED = {**calibrate(), "_at": time.time()}
+    speed = {k: v for k, v in _CACHED.items() if k != "_at"}
     path = Path(course_dir) / SPEED_FILE
-    path.write_text(json.dumps(_CACHED, indent=1) + "\n")
-    return _CACHED
+    path.write_text(json.dumps(speed, indent=1) + "\n")
+    return speed
 
 
 # --- oversubscription -----------------------------------------------------------------------
@@ -105,37 +107,48 @@ def cpu_hogs(n: int, max_seconds: float = 3600):
 
 
 def grade_under_load(submissions: dict[str, dict], workdir: Path, workers: int | None = None,
-                     hogs: int | None = None, repo: Path | None = None) -> dict:
+                     hogs: int | None = None, repo: Path | None = None, per_task: int = 8) -> dict:
     """Grade ``{assignment: {student: notebook}}`` with `workers` concurrent nbgrader processes
-    (default: twice the cores) while `hogs` CPU hogs run (default: one per core).
+    (default: twice the cores) while `hogs` CPU hogs run (default: one per core; 0 for a quiet
+    run).
 
-    Each (assignment, student) is one task in its own scratch course folder with its own SQLite
-    gradebook, so no database is needed. Returns {(assignment, student): {grade_id: score}}
-    plus the calibration each folder recorded (key "speed") and the wall seconds ("seconds").
+    Each task is up to `per_task` students of one assignment in its own scratch course folder
+    with its own SQLite gradebook (one `nbgrader autograde`), so no database server is needed.
+    Returns {"scores": {(assignment, student): {grade_id: score}}, "seconds", "workers", "hogs",
+    "speed": the calibrations the task folders recorded}.
     """
     from . import grading
     cores = os.cpu_count() or 1
     workers = workers or 2 * cores
     hogs = cores if hogs is None else hogs
-    tasks = [(a, s) for a, subs in submissions.items() for s in subs]
+    tasks = []
+    for a, subs in submissions.items():
+        names = list(subs)
+        for i in range(0, len(names), per_task):
+            tasks.append((a, names[i:i + per_task]))
 
     def one(i_task):
-        i, (assignment, student) = i_task
+        i, (assignment, students) = i_task
         ws = grading.Workspace(Path(workdir) / f"task{i:03d}", repo, [assignment])
         ws.generate(assignment)
-        ws.submit(student, assignment, submissions[assignment][student])
-        ws.autograde(assignment, student)
-        res = ws.results(assignment, [student])[student]
-        scores = {g: c.score for g, c in res.cells.items() if not c.manual}
-        return (assignment, student), (scores if res.error is None else {"<error>": res.error})
+        for student in students:
+            ws.submit(student, assignment, submissions[assignment][student])
+        ws.autograde(assignment)
+        out = {}
+        for student, res in ws.results(assignment, students).items():
+            scores = {g: c.score for g, c in res.cells.items() if not c.manual}
+            out[(assignment, student)] = scores if res.error is None else {"<error>": res.error}
+        return out
 
+    scores: dict = {}
     with cpu_hogs(hogs):
         t = time.perf_counter()
         with ThreadPoolExecutor(workers) as pool:
-            out = dict(pool.map(one, enumerate(tasks)))
+            for part in pool.map(one, enumerate(tasks)):
+                scores.update(part)
         seconds = time.perf_counter() - t
     speeds = [json.loads(p.read_text()) for p in Path(workdir).glob(f"task*/{SPEED_FILE}")]
-    return {"scores": out, "seconds": seconds, "workers": workers, "hogs": hogs, "speed": speeds}
+    return {"scores": scores, "seconds": seconds, "workers": workers, "hogs": hogs, "speed": speeds}
 
 
 def compare(quiet: dict, loaded: dict) -> list[str]:

@@ -67,6 +67,16 @@ def bpe_train(text, vocab_size):
     return merges
 ''')},
           loses=SPEED),
+    Wrong("train_index_per_occurrence", "the reference's incremental pair index, but over every chunk occurrence "
+          "(count 1 each) instead of the distinct chunks: correct merges, merging cost grows with repetitions",
+          edits={"bpe_train": Sub('words = [[list(chunk.encode("utf-8")), n] for chunk, n in counts.items()]',
+                                  'words = [[list(chunk.encode("utf-8")), 1] for chunk in pretokenize(text)]')},
+          loses=SPEED),
+    Wrong("train_quadratic_count", "counts the chunks with list.count inside a loop over the chunks (quadratic "
+          "in the length of the text): correct merges; the speed check must fail fast, at R = 4",
+          edits={"bpe_train": Sub("counts = collections.Counter(pretokenize(text))",
+                                  "chunks = pretokenize(text)\n    counts = {chunk: chunks.count(chunk) for chunk in chunks}")},
+          loses=SPEED),
     # ---- bpe_encode
     Wrong("encode_across_chunks", "encodes the whole text as one chunk (merges across spaces)",
           edits={"bpe_encode": Sub("for chunk in pretokenize(text):", "for chunk in [text]:")},
