@@ -1,6 +1,6 @@
 """`course check`: the quality gates of COURSE_SPEC §6 with a readable summary.
 
-The static gates (1 and 7) run here directly. The gates that need real autograding (2, 3, 4,
+The static gates (1, 7, 8 and the reviewed file of gate 9) run here directly. The gates that need real autograding (2, 3, 4,
 5, 6) are the pytest suite's job; `course check` runs it unless --quick is given.
 """
 from __future__ import annotations
@@ -38,6 +38,20 @@ def run_checks(quick: bool = False, only: list[str] | None = None) -> int:
         print(f"  {'FAIL' if problems else 'ok  '} {a}: {len(leaked)} of {total} solution lines readable")
         for p in problems:
             print(f"       - {p}")
+    print("Gate 9: mutation testing (equivalent mutants reviewed, none stale; the graded sample "
+          "is in the test suite, the full run is `course mutants`)")
+    from . import mutants
+    for a in ids:
+        try:
+            live = {m.id for m in mutants.generate(a, root)}
+            equiv = mutants.equivalents(a, root)
+            stale = sorted(set(equiv) - live)
+            msg = f"stale equivalents {stale}" if stale else ""
+        except ValueError as e:
+            msg, live, equiv = str(e), set(), {}
+        failures += bool(msg)
+        print(f"  {'FAIL' if msg else 'ok  '} {a}: {len(live)} mutants, {len(equiv)} reviewed as equivalent"
+              f"{': ' + msg if msg else ''}")
     if not quick:
         print("Gates 2-6: autograding the reference, the untouched release and the banks (pytest) ...")
         k = " or ".join(ids)

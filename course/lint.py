@@ -33,6 +33,11 @@ def _long_lines(text: str) -> set[str]:
             if len(line.strip()) >= 30 and not line.strip().startswith("#")}
 
 
+# Clocks that advance while other processes run: a check that reads one can flip with load.
+WALL_CLOCK = re.compile(r"\b(?:time\.(?:perf_counter|perf_counter_ns|time|time_ns|monotonic|monotonic_ns)"
+                        r"|datetime\.(?:now|utcnow|today)|timeit\.\w+|%timeit|%%time)\b")
+
+
 def lint_source(assignment: str, root: Path) -> list[str]:
     path = source_notebook(assignment, root)
     nb = C.read(path)
@@ -58,6 +63,11 @@ def lint_source(assignment: str, root: Path) -> list[str]:
         where = f"{path} cell {i} ({C.grade_id(cell) or cell.cell_type})"
         if cell.cell_type == "code" and re.search(r"^\s*(import course|from course\b)", cell.source, re.M):
             problems.append(f"{where}: imports the instructor package `course` (students do not have it)")
+        if C.is_autograded_test(cell):
+            for clock in sorted(set(WALL_CLOCK.findall(cell.source))):
+                problems.append(f"{where}: test cell reads the wall clock ({clock}): a grade must not depend "
+                                "on the grading machine's load; judge speed by a ratio of CPU times "
+                                "(time.process_time) measured in one run, or count operations")
         if C.is_autograded_test(cell) and _trailing_expression(cell.source):
             problems.append(f"{where}: test cell ends in a bare expression (nbgrader would read it as a score)")
         if C.is_solution(cell) and cell.cell_type == "code":

@@ -74,9 +74,14 @@ class SandboxedExecute(Execute):
     run in a fresh kernel (and fail if they need what was lost), and the class continues.
     """
 
+    _said_mode = False
+
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
         super().__init__(*args, **kwargs)
+        if not SandboxedExecute._said_mode:       # plain `nbgrader autograde` says it too, once
+            SandboxedExecute._said_mode = True
+            (self.log.info if bwrap_works() else self.log.warning)("kernel isolation: %s", mode())
 
     def preprocess_cell(self, cell, resources, index):
         from nbclient.exceptions import DeadKernelError

@@ -84,3 +84,13 @@ def test_grading_several_students_without_bubblewrap_needs_a_flag(tmp_path):
     assert proc.stdout.splitlines()[0].startswith("kernel isolation: NOT SANDBOXED")
     assert "apt-get install -y bubblewrap" in proc.stderr and "--allow-unsandboxed" in proc.stderr
     assert not (course / "autograded").exists(), "nothing may be graded before the refusal"
+
+
+def test_lint_rejects_checks_that_read_the_wall_clock():
+    """Gate 7 keeps clocks that advance with other processes' work out of every test cell."""
+    from course.lint import WALL_CLOCK
+    for flagged in ["t = time.perf_counter()", "time.time() - start", "datetime.now()", "timeit.timeit(f)",
+                    "time.monotonic()"]:
+        assert WALL_CLOCK.search(flagged), flagged
+    for allowed in ["t = time.process_time()", "time.thread_time()", "# a perf counter", "perf_counter_ok = 1"]:
+        assert not WALL_CLOCK.search(allowed), allowed

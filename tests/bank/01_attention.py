@@ -40,6 +40,42 @@ WRONG = [
     Wrong("embedding_scaled", "Embedding multiplies by sqrt(embed_dim) itself",
           {"Embedding": Sub("return self.embed(x)", "return self.embed(x) * self.embed.embedding_dim ** 0.5")},
           ["test_Embedding_visible", "test_Embedding_hidden"]),
+    Wrong("causal_mask_float", "causal mask of float 0/1 (ones without dtype=torch.bool): F.scaled_dot_product_attention "
+          "would add it to the scores instead of blocking keys",
+          {"causal_mask": Sub("torch.ones(size, size, dtype=torch.bool)", "torch.ones(size, size)")}, CAUSAL),
+    Wrong("causal_mask_int", "causal mask of integer 0/1 (a comparison converted with .long())",
+          {"causal_mask": Replace('''
+def causal_mask(size):
+    idx = torch.arange(size)
+    return (idx[None, :] <= idx[:, None]).long()
+''')}, CAUSAL),
+    Wrong("masked_softmax_cpu_arange", "masked_softmax builds its key indices on the CPU (fails on GPU scores)",
+          {"masked_softmax": Sub("torch.arange(scores.size(-1), device=scores.device)", "torch.arange(scores.size(-1))")},
+          ["test_masked_softmax_hidden"]),
+    Wrong("embedding_uniform", "Embedding drawn from a uniform distribution of the right std (not a normal one)",
+          {"Embedding": Sub("nn.init.normal_(self.embed.weight, mean=0.0, std=embed_dim ** -0.5)",
+                            "nn.init.uniform_(self.embed.weight, -(3 / embed_dim) ** 0.5, (3 / embed_dim) ** 0.5)")},
+          ["test_Embedding_hidden"]),
+    Wrong("embedding_repeated_row", "Embedding fills every row with the same random vector (rows not independent)",
+          {"Embedding": Sub("nn.init.normal_(self.embed.weight, mean=0.0, std=embed_dim ** -0.5)",
+                            "self.embed.weight.data.copy_((torch.randn(1, embed_dim) * embed_dim ** -0.5).expand(vocab_size, -1))")},
+          ["test_Embedding_hidden"]),
+    Wrong("sdpa_bmm", "torch.bmm: exactly one batch dimension (fails on (batch, head) inputs)",
+          {"scaled_dot_product_attention": [Sub("scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
+                                                "scores = torch.bmm(query, key.transpose(-2, -1)) / math.sqrt(d_k)"),
+                                            Sub("return weights @ value, weights", "return torch.bmm(weights, value), weights")]},
+          SDPA),
+    Wrong("embedding_detached", "Embedding returns detached vectors (no gradient reaches the table)",
+          {"Embedding": Sub("return self.embed(x)", "return self.embed(x).detach()")},
+          ["test_Embedding_visible", "test_Embedding_hidden"]),
+    Wrong("pe_integer_table", "positional encoding written into an integer table (the sines and cosines truncated)",
+          {"positional_encoding": Sub("pe = torch.zeros(max_seq_len, embed_dim)",
+                                      "pe = torch.zeros(max_seq_len, embed_dim, dtype=torch.long)")}, PE),
+    Wrong("sdpa_output_only", "scaled_dot_product_attention returns the output only, not (output, weights)",
+          {"scaled_dot_product_attention": Sub("return weights @ value, weights", "return weights @ value")}, SDPA),
+    Wrong("sdpa_detached", "scaled_dot_product_attention detaches its result (no gradient reaches query, key, value)",
+          {"scaled_dot_product_attention": Sub("return weights @ value, weights",
+                                               "return (weights @ value).detach(), weights.detach()")}, SDPA),
     Wrong("wrong_answers", "all multiple-choice answers wrong",
           {"answers": [Sub('answer_q1 = "b"', 'answer_q1 = "a"'), Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
                        Sub('answer_q3 = "b"', 'answer_q3 = "a"')]},
@@ -98,7 +134,8 @@ def masked_softmax(scores, valid_lens):
     flat = flat.masked_fill(~mask, -1e6)
     return (nn.functional.softmax(flat, dim=-1) * mask).reshape(shape)
 ''')}),
-    Alternative("embedding_subclass_style", "Embedding with explicit attribute names and a float mask causal_mask",
+    Alternative("embedding_subclass_style", "Embedding with explicit attribute names; causal_mask from float ones, "
+                "converted with .bool()",
                 {"Embedding": Replace('''
 class Embedding(nn.Module):
     def __init__(self, vocab_size, embed_dim):
@@ -113,7 +150,7 @@ class Embedding(nn.Module):
 '''),
                  "causal_mask": Replace('''
 def causal_mask(size):
-    return 1 - torch.triu(torch.ones(size, size), diagonal=1)
+    return (1 - torch.triu(torch.ones(size, size), diagonal=1)).bool()
 ''')}),
 ]
 
@@ -129,6 +166,9 @@ def apply_rotary(x):
     a, b = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 ''')}, BONUS),
+    Wrong("rotary_cpu_positions", "rotary positions built on the CPU (fails on GPU inputs)",
+          {"apply_rotary": Sub("torch.arange(T, dtype=torch.float64, device=x.device)", "torch.arange(T, dtype=torch.float64)")},
+          BONUS),
     Wrong("rotary_absolute_offset", "rotary angles use position + 1 (position 0 rotated, still relative)",
           {"apply_rotary": Sub("theta = position * inv_freq", "theta = (position + 1) * inv_freq")}, BONUS),
 ]
