@@ -7,6 +7,7 @@ Every score goes into the course's one gradebook, whatever the number of graders
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -130,6 +131,11 @@ def grade_command(args) -> int:
         if not outcome.ok:
             print("    " + outcome.log.strip().splitlines()[-1] if outcome.log.strip() else "")
 
+    profile_dir = None
+    if getattr(args, "profile", False):
+        import tempfile
+        profile_dir = Path(tempfile.mkdtemp(prefix="course-profile-"))
+        os.environ["COURSE_PROFILE_DIR"] = str(profile_dir)
     t0 = time.perf_counter()
     if use_dask:
         from .distributed import DaskGrader
@@ -156,6 +162,11 @@ def grade_command(args) -> int:
     if students:
         print(f"  {len(students)} students in {seconds:.1f} s with {how} "
               f"({60 * len(students) / seconds:.1f} students/minute)")
+    if profile_dir is not None:
+        from .profile import read, render
+        os.environ.pop("COURSE_PROFILE_DIR", None)
+        for record in read(profile_dir):
+            print(render(record, None, None))
     results = ws.results(args.assignment, students + sorted(ws.rejected))
     order = [gid for gid, _, _ in grading.grade_cells(args.assignment, course_dir)]
     print(report.score_table(list(results.values()), order))

@@ -47,6 +47,11 @@ def _demo(args):
     return demo(assignment=args.assignment, out=Path(args.out) if args.out else None)
 
 
+def _profile(args):
+    from .profile import command
+    return command(args)
+
+
 def _mutants(args):
     from .mutants import command
     return command(args)
@@ -91,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--dask", action="store_true",
                    help="grade on a Dask LocalCluster of --workers processes on this machine")
     g.add_argument("--timeout", type=float, default=None, help="seconds per submission (default: none)")
+    g.add_argument("--profile", action="store_true",
+                   help="time every cell while grading and print where the time went, per notebook")
     g.add_argument("--allow-unsandboxed", action="store_true",
                    help="on Linux without bubblewrap, grade several students anyway (resource limits only)")
     g.set_defaults(func=_grade)
@@ -114,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--assignment", default="01_attention")
     d.add_argument("--out", default=None, help="folder for the CSV and PNG (default: ./demo-output)")
     d.set_defaults(func=_demo)
+
+    pr = sub.add_parser("profile", help="where grading time goes: the reference graded per notebook, "
+                                         "per-cell seconds, kernel start, nbgrader's own steps, vs the floor")
+    pr.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    pr.set_defaults(func=_profile)
 
     mu = sub.add_parser("mutants", help="mutation testing: grade AST mutants of the reference solutions "
                                          "with the notebook's checks (gate 9)")

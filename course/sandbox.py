@@ -65,6 +65,26 @@ class SandboxedKernelManager(AsyncKernelManager):
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
 
+def _kind(cell) -> str:
+    from . import cells as C
+    if C.is_autograded_test(cell):
+        return "hidden check" if C.BEGIN_HIDDEN in cell.source else "visible check"
+    if C.is_solution(cell):
+        return "solution"
+    if C.is_given(cell):
+        return "given code"
+    if C.is_locked(cell):
+        return "set-up (read-only)"
+    return "lecture / experiment"
+
+
+def _first_line(source: str) -> str:
+    for line in source.splitlines():
+        if line.strip() and not line.strip().startswith("###"):
+            return line.strip()[:70]
+    return ""
+
+
 class SandboxedExecute(Execute):
     """nbgrader's Execute preprocessor, with the sandboxed kernel (see the module docstring).
 
@@ -83,7 +103,40 @@ class SandboxedExecute(Execute):
             SandboxedExecute._said_mode = True
             (self.log.info if bwrap_works() else self.log.warning)("kernel isolation: %s", mode())
 
+    def preprocess(self, nb, resources=None, km=None):
+        """nbgrader's Execute; with $COURSE_PROFILE_DIR set, each notebook's cell times and
+        kernel start-up are appended to profile.jsonl there (`course profile`)."""
+        profile_dir = os.environ.get("COURSE_PROFILE_DIR")
+        if not profile_dir:
+            return super().preprocess(nb, resources, km)
+        import json
+        import time
+        self._cell_seconds = []
+        t0 = time.perf_counter()
+        out = super().preprocess(nb, resources, km)
+        total = time.perf_counter() - t0
+        from . import cells as C
+        meta = (resources or {}).get("nbgrader", {})
+        record = {"assignment": meta.get("assignment"), "student": meta.get("student"),
+                  "notebook": meta.get("notebook"), "execute_seconds": round(total, 3),
+                  "cells": [{"index": i, "grade_id": C.grade_id(nb.cells[i]), "kind": _kind(nb.cells[i]),
+                             "seconds": round(sec, 3), "first_line": _first_line(nb.cells[i].source)}
+                            for i, sec in self._cell_seconds]}
+        with open(Path(profile_dir) / "profile.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+        return out
+
     def preprocess_cell(self, cell, resources, index):
+        if getattr(self, "_cell_seconds", None) is not None and cell.cell_type == "code":
+            import time
+            t0 = time.perf_counter()
+            try:
+                return self._preprocess_cell(cell, resources, index)
+            finally:
+                self._cell_seconds.append((index, time.perf_counter() - t0))
+        return self._preprocess_cell(cell, resources, index)
+
+    def _preprocess_cell(self, cell, resources, index):
         from nbclient.exceptions import DeadKernelError
         from nbformat.v4 import new_output
         try:

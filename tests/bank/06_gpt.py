@@ -167,6 +167,32 @@ def bpe_train(text, vocab_size):
           edits={"GPT": Sub("            if isinstance(module, (nn.Linear, nn.Embedding)):\n"
                             "                nn.init.normal_(module.weight, std=0.02)\n", "")},
           loses=["test_gpt_hidden"]),
+    Wrong("gpt_mask_on_cpu", "builds the causal mask on the CPU whatever the ids' device (fails on a GPU and on meta)",
+          edits={"GPT": Sub("mask = torch.ones(T, start + T, dtype=torch.bool, device=ids.device)",
+                            "mask = torch.ones(T, start + T, dtype=torch.bool)")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_seq_len_exclusive", "refuses T_past + T == seq_len (off by one)",
+          edits={"GPT": Sub("if start + T > self.seq_len:", "if start + T >= self.seq_len:")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_no_embedding_dropout", "never applies model.dropout to the embeddings' sum",
+          edits={"GPT": Sub("x = self.dropout(self.token_embedding(ids) + self.position_embedding(positions))",
+                            "x = self.token_embedding(ids) + self.position_embedding(positions)")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_final_norm_eps", "norm_f with eps=1e-6 instead of GPT-2's 1e-5",
+          edits={"GPT": Sub("self.norm_f = nn.LayerNorm(embed_dim)", "self.norm_f = nn.LayerNorm(embed_dim, eps=1e-6)")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_init_by_parameters", "initialises by a loop over named_parameters (the tied weight drawn once, in "
+          "another order): right statistics, other numbers than the contract's order gives under the same seed",
+          edits={"GPT": Sub("""        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)""", """        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                nn.init.normal_(p, std=0.02)""")},
+          loses=["test_gpt_hidden"]),
     # ---- load_gpt2_weights
     Wrong("load_attention_untransposed", "copies the square attention weights without transposing them (the classic bug)",
           edits={"load_gpt2_weights": [Sub("linear.weight.copy_(qkv_weight[:, i * d:(i + 1) * d].t())",

@@ -1,0 +1,111 @@
+"""Where grading time goes (`course profile`, `course grade --profile`).
+
+Autograding a notebook costs nbgrader's own steps (start-up, sanitising, database writes), a
+kernel start, and every cell: the read-only set-up (imports), the given code, the student's
+solutions, the lecture's experiments (in their grading configuration) and the visible and
+hidden checks. The grading kernel's preprocessor (course.sandbox.SandboxedExecute) times each
+cell when $COURSE_PROFILE_DIR is set; this module runs the grading and prints the breakdown next
+to the floor (a kernel that starts and imports the notebooks' libraries), measured in the same
+run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from . import bank, grading
+from .paths import assignments, repo_root
+
+
+def floor_seconds() -> float:
+    """Kernel start plus the imports of torch, numpy, matplotlib, seaborn and transformers:
+    the least any notebook's autograde can take (a plain kernel, as nbgrader starts one)."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import torch, numpy, matplotlib.pyplot, seaborn, transformers")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    t = time.perf_counter()
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    return time.perf_counter() - t
+
+
+def read(profile_dir: Path) -> list[dict]:
+    path = Path(profile_dir) / "profile.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def breakdown(record: dict, wall: float | None = None) -> dict:
+    """Seconds by kind of cell, the kernel start, and nbgrader's own share of `wall`."""
+    by_kind: dict[str, float] = defaultdict(float)
+    for c in record["cells"]:
+        by_kind[c["kind"]] += c["seconds"]
+    cells = sum(by_kind.values())
+    out = {"kernel start and shutdown": max(0.0, record["execute_seconds"] - cells), **by_kind}
+    if wall is not None:
+        out["nbgrader's own steps"] = max(0.0, wall - record["execute_seconds"])
+    return out
+
+
+def render(record: dict, wall: float | None, floor: float | None, top: int = 6) -> str:
+    total = wall if wall is not None else record["execute_seconds"]
+    head = f"{record['assignment']} ({record['student']}): autograde {total:.1f} s"
+    if floor:
+        head += f" = {total / floor:.2f}x the floor ({floor:.1f} s)"
+    lines = [head]
+    for kind, sec in sorted(breakdown(record, wall).items(), key=lambda kv: -kv[1]):
+        lines.append(f"    {kind:<28}{sec:>7.2f} s  {100 * sec / total:5.1f}%")
+    lines.append("    slowest cells:")
+    for c in sorted(record["cells"], key=lambda c: -c["seconds"])[:top]:
+        name = c["grade_id"] or c["first_line"]
+        lines.append(f"      {c['seconds']:>6.2f} s  cell {c['index']:<3} {c['kind']:<22} {name}")
+    return "\n".join(lines)
+
+
+def profile_reference(ids: list[str] | None = None, root: Path | None = None) -> list[tuple[dict, float]]:
+    """Grade the reference solutions of each notebook (one nbgrader run each, as for a student)
+    in a scratch course with cell timing on; returns [(record, nbgrader wall seconds)]."""
+    root = root or repo_root()
+    ids = ids or assignments(root)
+    out = []
+    with tempfile.TemporaryDirectory(prefix="course-profile-") as tmp:
+        ws = grading.Workspace(Path(tmp) / "course", root, ids)
+        for a in ids:
+            ws.generate(a)
+            ws.submit("reference", a, bank.reference_submission(a, root))
+        prof = Path(tmp) / "profile"
+        prof.mkdir()
+        old = os.environ.get("COURSE_PROFILE_DIR")
+        os.environ["COURSE_PROFILE_DIR"] = str(prof)
+        try:
+            for a in ids:
+                _, wall = grading.timed(ws.autograde, a, "reference")
+                records = [r for r in read(prof) if r["assignment"] == a]
+                if records:
+                    out.append((records[-1], wall))
+        finally:
+            if old is None:
+                os.environ.pop("COURSE_PROFILE_DIR", None)
+            else:
+                os.environ["COURSE_PROFILE_DIR"] = old
+    return out
+
+
+def command(args) -> int:
+    from .isolation import mode
+    print(f"kernel isolation: {mode()}", flush=True)
+    floor = floor_seconds()
+    print(f"floor: a kernel that starts and imports torch, numpy, matplotlib, seaborn, transformers: "
+          f"{floor:.1f} s", flush=True)
+    total = 0.0
+    for record, wall in profile_reference(args.assignments or None):
+        total += wall
+        print(render(record, wall, floor), flush=True)
+    n = len(args.assignments or assignments(repo_root()))
+    print(f"all {n} notebooks: {total:.1f} s = {total / (n * floor):.2f}x the floor of {n} notebooks "
+          f"({n * floor:.1f} s)")
+    return 0
