@@ -300,7 +300,7 @@ class Kernel:
         from .sandbox import SandboxedKernelManager
         env = {**os.environ, "NBGRADER_EXECUTION": "autograde", "HF_HUB_OFFLINE": "1",
                "TRANSFORMERS_OFFLINE": "1", "COURSE_KERNEL_CPU_SECONDS": str(10 ** 7), **self.env}
-        env.pop("MPLBACKEND", None)   # the kernel's own inline backend, as in grading
+        env.pop("MPLBACKEND", None)   # the grading kernel's own choice (course.isolation)
         self.km = SandboxedKernelManager(kernel_name="python3")
         run_sync(self.km.start_kernel)(env=env, cwd=str(Path.cwd()))
         self.kc = self.km.client()
