@@ -59,10 +59,25 @@ def _mutants(args):
 
 def _bench(args):
     import runpy
+    from . import perfdoc
     from .paths import repo_root
-    import sys as _sys
-    _sys.argv = ["bench.py", *args.rest]
-    runpy.run_path(str(repo_root() / "benchmarks" / "bench.py"), run_name="__main__")
+    rest = list(args.rest)
+    if "--update-docs" in rest:
+        changed = perfdoc.update()
+        print(f"{perfdoc.page()}: {'regenerated' if changed else 'already up to date'} from "
+              f"{len(list(perfdoc.records_dir().glob('*.json')))} recorded runs")
+        return 0
+    if "--markdown" in rest:
+        import json
+        path = Path(rest[rest.index("--markdown") + 1])
+        print(perfdoc.markdown(json.loads(path.read_text()), path.name))
+        return 0
+    bench = runpy.run_path(str(repo_root() / "benchmarks" / "bench.py"), run_name="course_bench")
+    if "--record" in rest:
+        i = rest.index("--record")
+        path = Path(rest[i + 1])
+        return perfdoc.record(path, rest[:i] + rest[i + 2:], bench["main"])
+    return int(bench["main"](rest) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     mu.set_defaults(func=_mutants)
 
     be = sub.add_parser("bench", help="benchmarks: reference vs PyTorch ratios, grading seconds")
-    be.add_argument("rest", nargs=argparse.REMAINDER, help="--quick, --no-grading, --device cuda")
+    be.add_argument("rest", nargs=argparse.REMAINDER,
+                    help="--quick, --no-grading, --device cuda, --load, --scale, --gpt, ...; "
+                         "--record FILE keeps the run for docs/performance.md, --markdown FILE renders "
+                         "a record, --update-docs regenerates the page from docs/bench/*.json")
     be.set_defaults(func=_bench)
 
     args, unknown = p.parse_known_args(argv)
