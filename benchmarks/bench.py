@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from course import bank, grading
+from course.profile import floor_seconds
 from course.paths import assignments, repo_root
 from course.reference import load
 
@@ -236,18 +237,6 @@ def print_gpt(ns, device, quick: bool, repeats: int):
         print(f"{label:<28}{base:<28}{T:>6}{r * 1e3:>10.1f}{p * 1e3:>10.1f}{r / p:>8.2f}"
               f"{mr / 2**20:>12.1f}{mp / 2**20:>14.1f}")
     section_time("GPT-2", t, cpu, loadavg)
-
-
-def floor_seconds() -> float:
-    """Kernel start plus the notebooks' imports: the least any autograde can take."""
-    import nbformat
-    from nbclient import NotebookClient
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import torch, numpy, matplotlib.pyplot, seaborn, transformers")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    t = time.perf_counter()
-    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
-    return time.perf_counter() - t
 
 
 def execution_rows():

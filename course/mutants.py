@@ -466,12 +466,18 @@ class Report:
         return [r for r in self.results if r.status == "survived"]
 
     def text(self) -> str:
+        timeouts = sum(r.status == "killed" and "timeout" in r.by for r in self.results)
         lines = [f"{self.assignment}: {self.total} mutants, {len(self.results)} graded in {self.seconds:.0f} s: "
-                 f"{self.count('killed')} killed, {self.count('survived')} survived, "
+                 f"{self.count('killed')} killed ({timeouts} only by running past the time limit), "
+                 f"{self.count('survived')} survived, "
                  f"{self.count('equivalent')} equivalent (reviewed); "
                  f"mutation score {100 * self.score:.1f}% of non-equivalent mutants"]
         for r in self.survivors():
             lines.append(f"  SURVIVED {r.mutant.id} {r.mutant.describe()}")
+        for r in self.results:
+            if r.status == "killed" and "timeout" in r.by:
+                lines.append(f"  killed by the time limit only (review: slow, or wrong?) {r.mutant.id} "
+                             f"{r.mutant.describe()}")
         for s in self.stale:
             lines.append(f"  STALE equivalent {s}: no such mutant any more (remove it from "
                          f"tests/mutants/{self.assignment}.toml)")
