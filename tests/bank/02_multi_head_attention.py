@@ -119,6 +119,49 @@ class MultiHeadAttention(nn.Module):
           edits={"GroupedQueryAttention": [Sub("k = k.repeat_interleave(g, dim=1)", "k = k.repeat(1, g, 1, 1)"),
                                            Sub("v = v.repeat_interleave(g, dim=1)", "v = v.repeat(1, g, 1, 1)")]},
           loses=BONUS),
+    Wrong("no_dropout", "never applies self.dropout to the attention weights",
+          edits={"MultiHeadAttention": Sub("context = self.dropout(weights) @ v", "context = weights @ v")},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("weights_stored_after_dropout", "stores the attention weights after the dropout",
+          edits={"MultiHeadAttention": [Sub("self.attention_weights = weights\n", "weights = self.dropout(weights)\n        self.attention_weights = weights\n"),
+                                        Sub("context = self.dropout(weights) @ v", "context = weights @ v")]},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("dropout_on_output", "applies self.dropout to the layer's output instead of the attention weights",
+          edits={"MultiHeadAttention": [Sub("context = self.dropout(weights) @ v", "context = weights @ v"),
+                                        Sub("return self.out(merge_heads(context))", "return self.dropout(self.out(merge_heads(context)))")]},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("fused_dropout_p", "F.scaled_dot_product_attention with dropout_p=self.dropout.p: a dropout of its own, not self.dropout",
+          edits={"MultiHeadAttention": Sub("context = self.dropout(weights) @ v",
+                                           "context = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else ~blocked, "
+                                           "dropout_p=self.dropout.p if self.training else 0.0)")},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("bert_hardcoded_size", "mha_from_bert hard-codes the packaged BERT's sizes (384 features, 12 heads)",
+          edits={"mha_from_bert": [Sub("embed_dim = self_attention.query.in_features", "embed_dim = 384"),
+                                   Sub("MultiHeadAttention(embed_dim, self_attention.num_attention_heads)",
+                                       "MultiHeadAttention(embed_dim, 12)")]},
+          loses=["test_mha_from_bert_hidden"]),
+    Wrong("bert_not_moved", "mha_from_bert leaves the new module on the default device, not on BERT's",
+          edits={"mha_from_bert": Sub("return mha.to(self_attention.query.weight.device).eval()", "return mha.eval()")},
+          loses=["test_mha_from_bert_hidden"]),
+    Wrong("bert_shares_value_layer", "mha_from_bert uses BERT's own value layer (shared, not copied)",
+          edits={"mha_from_bert": Sub("    return mha.to(self_attention.query.weight.device).eval()",
+                                      "    mha.value_matrix = self_attention.value\n"
+                                      "    return mha.to(self_attention.query.weight.device).eval()")},
+          loses=["test_mha_from_bert_hidden"]),
+    Wrong("gqa_no_dropout", "grouped-query attention never applies self.dropout",
+          edits={"GroupedQueryAttention": Sub("return self.out(merge_heads(self.dropout(weights) @ v))",
+                                              "return self.out(merge_heads(weights @ v))")},
+          loses=BONUS),
+    Wrong("split_detached", "split_heads detaches its result (no gradient reaches the projections)",
+          edits={"split_heads": Sub(".transpose(1, 2)", ".transpose(1, 2).detach()")},
+          loses=["test_split_heads_hidden", "test_MultiHeadAttention_hidden", "bonus_grouped_query_attention"]),
+    Wrong("merge_detached", "merge_heads detaches its result (no gradient reaches W^Q, W^K, W^V)",
+          edits={"merge_heads": Sub("reshape(B, T, n_heads * d)", "reshape(B, T, n_heads * d).detach()")},
+          loses=["test_merge_heads_hidden", "test_MultiHeadAttention_hidden", "bonus_grouped_query_attention"]),
+    Wrong("gqa_detached_values", "grouped-query attention detaches the value projection (no gradient reaches it)",
+          edits={"GroupedQueryAttention": Sub("v = split_heads(self.value_matrix(value), self.n_kv_heads)",
+                                              "v = split_heads(self.value_matrix(value).detach(), self.n_kv_heads)")},
+          loses=BONUS),
     Wrong("gqa_mask_ignored", "grouped-query attention ignores the mask",
           edits={"GroupedQueryAttention": [Sub('scores = scores.masked_fill(blocked, float("-inf"))', "pass"),
                                            Sub("weights = weights.masked_fill(blocked, 0.0)", "pass")]},
@@ -196,7 +239,8 @@ ALTERNATIVES = [
         context = torch.einsum("bhqk,bkhd->bqhd", self.dropout(w), v).reshape(B, Tq, H * d)
         return self.out(context)
 ''')}),
-    Alternative("torch_sdpa", "F.scaled_dot_product_attention for the output, the weights computed alongside",
+    Alternative("torch_sdpa", "F.scaled_dot_product_attention for the output when no dropout is needed, the weights "
+                "computed alongside",
                 edits={"MultiHeadAttention": Replace(_HEAD + '''
     def forward(self, query, key, value, mask=None):
         if mask is not None and mask.dim() == 3:
@@ -209,8 +253,10 @@ ALTERNATIVES = [
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         self.attention_weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
-                                                 dropout_p=self.dropout.p if self.training else 0.0)
+        if self.training and self.dropout.p > 0:      # self.dropout on the weights (the fused kernel's own
+            context = self.dropout(self.attention_weights) @ v    # dropout_p would bypass the module)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         return self.out(merge_heads(context))
 ''')}),
     Alternative("given_sdpa_and_permute", "split/merge with reshape + permute, notebook 01's scaled_dot_product_attention",
@@ -233,6 +279,8 @@ def merge_heads(x):
         v = split_heads(self.value_matrix(value), self.n_heads)
         context, weights = scaled_dot_product_attention(q, k, v, mask)
         self.attention_weights = weights
+        if self.training:                             # notebook 01's function has no dropout: redo the product
+            context = self.dropout(weights) @ v
         return self.out(merge_heads(context))
 ''')}),
     Alternative("bert_load_state_dict", "mha_from_bert through load_state_dict; answers in capitals",
@@ -253,7 +301,7 @@ def mha_from_bert(bert_attention_layer):
             state[mine + ".weight"] = theirs.weight.detach().clone()
             state[mine + ".bias"] = theirs.bias.detach().clone()
     mha.load_state_dict(state)
-    return mha.eval()
+    return mha.to(self_attention.query.weight.device).eval()
 '''),
                        "answer_q1": Replace('answer_q1 = "C"'),
                        "answer_q2": Replace('answer_q2 = " b "')}),
@@ -279,8 +327,8 @@ def mha_from_bert(bert_attention_layer):
         context = self.dropout(w).view(B, G, g, Tq, Tk) @ v                        # (B, G, g, T_q, d)
         return self.out(context.reshape(B, self.n_heads, Tq, d).transpose(1, 2).reshape(B, Tq, self.embed_dim))
 ''')}),
-    Alternative("gqa_fused", "grouped-query attention with F.scaled_dot_product_attention(enable_gqa=True), "
-                "the weights computed alongside",
+    Alternative("gqa_fused", "grouped-query attention with F.scaled_dot_product_attention(enable_gqa=True) when no "
+                "dropout is needed, the weights computed alongside",
                 edits={"GroupedQueryAttention": Replace(_GQA_HEAD + '''
     def forward(self, query, key, value, mask=None):
         q = split_heads(self.query_matrix(query), self.n_heads)
@@ -292,7 +340,10 @@ def mha_from_bert(bert_attention_layer):
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         self.attention_weights = torch.nan_to_num(scores.softmax(-1))
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
+        if self.training and self.dropout.p > 0:
+            context = self.dropout(self.attention_weights) @ torch.repeat_interleave(v, self.n_heads // self.n_kv_heads, dim=1)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
         return self.out(merge_heads(context))
 ''')}),
 ]

@@ -42,6 +42,10 @@ WRONG = [
           edits={"DecoderBlock": Sub("TransformerBlock(embed_dim, expansion_factor, n_heads, dropout=dropout)",
                                      "TransformerBlock(embed_dim, expansion_factor, n_heads)")},
           loses=["test_DecoderBlock_hidden"]),
+    Wrong("block_default_expansion", "the TransformerBlock is built without expansion_factor (its default 4)",
+          edits={"DecoderBlock": Sub("TransformerBlock(embed_dim, expansion_factor, n_heads, dropout=dropout)",
+                                     "TransformerBlock(embed_dim, n_heads=n_heads, dropout=dropout)")},
+          loses=["test_DecoderBlock_hidden"]),
     # ---- TransformerDecoder
     Wrong("decoder_returns_softmax", "the decoder returns softmax probabilities instead of logits (a common implementation)",
           edits={"TransformerDecoder": Sub("return self.fc_out(x)", "return torch.softmax(self.fc_out(x), dim=-1)")},
@@ -152,6 +156,10 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
           loses=BONUS),
     Wrong("beam_ignores_src_mask", "beam search ignores the source mask",
           edits={"beam_search": Sub("row_mask = None if src_mask is None else src_mask[b:b + 1]", "row_mask = None")},
+          loses=BONUS),
+    Wrong("beam_mask_not_broadcast", "beam search takes row b of src_mask without broadcasting it to (B, 1, 1, T_src)",
+          edits={"beam_search": Sub("src_mask = torch.broadcast_to(torch.as_tensor(src_mask, device=src.device), (B, 1, 1, T_src))",
+                                    "src_mask = torch.as_tensor(src_mask, device=src.device)")},
           loses=BONUS),
     # ---- DecoderOnlyTransformer
     Wrong("gpt_no_causal_mask", "a decoder-only model with no causal mask",

@@ -36,6 +36,14 @@ WRONG = [
           edits={"label_smoothing_loss": Sub("keep = torch.ones_like(target, dtype=torch.bool)",
                                              "keep = torch.ones(target.shape, dtype=torch.bool)")},
           loses=["test_label_smoothing_loss_hidden"]),
+    Wrong("ls_detached_uniform_term", "detaches the uniform term: the right value, but part of the gradient is lost",
+          edits={"label_smoothing_loss": Sub("uniform = -log_probs.mean(dim=-1)",
+                                             "uniform = -log_probs.detach().mean(dim=-1)")},
+          loses=["test_label_smoothing_loss_hidden"]),
+    Wrong("ls_log_of_softmax", "takes log(softmax(...)), which gives -inf (and inf loss) for logits in the hundreds",
+          edits={"label_smoothing_loss": Sub("F.log_softmax(logits, dim=-1)",
+                                             "torch.log(torch.softmax(logits, dim=-1))")},
+          loses=["test_label_smoothing_loss_hidden"]),
     # ---- noam_lr
     Wrong("noam_returns_tensor", "returns a 0-dim tensor instead of a Python float",
           edits={"noam_lr": Sub("return embed_dim ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)",
@@ -97,6 +105,9 @@ WRONG = [
           edits={"train_epoch": Sub("        optimizer.step()\n        if scheduler is not None:\n            scheduler.step()\n",
                                     "        if scheduler is not None:\n            scheduler.step()\n        optimizer.step()\n")},
           loses=["test_train_epoch_hidden"]),
+    Wrong("train_len_of_batches", "divides by len(batches), which a one-shot generator does not have",
+          edits={"train_epoch": Sub("return total / max(n_batches, 1)", "return total / len(batches)")},
+          loses=TRAIN),
     # ---- sample
     Wrong("sample_top_k_plus_one", "keeps k + 1 tokens (top-k off by one)",
           edits={"sample": Sub("torch.topk(logits, top_k, dim=-1)", "torch.topk(logits, top_k + 1, dim=-1)")},
@@ -127,6 +138,9 @@ WRONG = [
           edits={"sample": Sub("next_token = torch.multinomial(probs, 1, generator=generator)",
                                "next_token = probs.argmax(dim=-1, keepdim=True)")},
           loses=SAMPLE),
+    Wrong("sample_at_least_one_token", "draws one token even when max_new_tokens is 0",
+          edits={"sample": Sub("for _ in range(max_new_tokens):", "for _ in range(max(max_new_tokens, 1)):")},
+          loses=["test_sample_hidden"]),
     Wrong("sample_helper_on_cpu", "fills the dropped logits from a tensor built on the CPU, whatever the model's device",
           edits={"sample": Sub('logits = logits.masked_fill(logits < kth, float("-inf"))',
                                'logits = torch.where(logits < kth, torch.full(logits.shape, float("-inf")), logits)')},
@@ -144,9 +158,33 @@ WRONG = [
     Wrong("top_p_top_token_can_go", "drops every token when p = 0 (the most likely token is not always kept)",
           edits={"top_p_filter": Sub("    drop_sorted[..., 0] = False", "    pass")},
           loses=TOP_P),
+    Wrong("top_p_in_place", "writes the -inf into the caller's logits (masked_fill_)",
+          edits={"top_p_filter": Sub('return logits.masked_fill(drop, float("-inf"))',
+                                     'return logits.masked_fill_(drop, float("-inf"))')},
+          loses=TOP_P),
+    Wrong("top_p_returns_input", "returns the logits object itself when p >= 1 instead of a new tensor",
+          edits={"top_p_filter": Sub("return logits.clone()", "return logits")},
+          loses=TOP_P),
 ]
 
 ALTERNATIVES = [
+    Alternative("masked_sum_with_item",
+                "label smoothing as a masked sum divided by a count taken with .item() (meta tensors cannot run "
+                ".item(): the device check must give no verdict, not a failure), helper mask built with device=",
+                edits={
+                    "label_smoothing_loss": Replace('''
+def label_smoothing_loss(logits, target, smoothing, ignore_index=None):
+    logp = logits.log_softmax(-1)
+    V = logits.size(-1)
+    if ignore_index is None:
+        keep = torch.ones(target.shape, dtype=torch.bool, device=logits.device)
+    else:
+        keep = target.ne(ignore_index)
+    t = target.masked_fill(~keep, 0)
+    per = -(1 - smoothing) * logp.gather(1, t[:, None])[:, 0] - smoothing / V * logp.sum(-1)
+    return (per * keep).sum() / keep.sum().item()
+'''),
+                }),
     Alternative("dense_targets_and_branches",
                 "label smoothing with an explicit smoothed target distribution; noam_lr with if/else branches",
                 edits={

@@ -81,6 +81,10 @@ def bpe_train(text, vocab_size):
     Wrong("encode_across_chunks", "encodes the whole text as one chunk (merges across spaces)",
           edits={"bpe_encode": Sub("for chunk in pretokenize(text):", "for chunk in [text]:")},
           loses=ENCODE),
+    Wrong("encode_every_occurrence", "correct ids, but runs the merge loop for every occurrence of a chunk (no cache)",
+          edits={"bpe_encode": Sub("        if chunk not in cache:\n            cache[chunk] = encode_chunk(chunk)\n        out.extend(cache[chunk])",
+                                   "        out.extend(encode_chunk(chunk))")},
+          loses=["test_bpe_encode_hidden"]),
     Wrong("encode_latest_merge_first", "applies the most recently learned merge first",
           edits={"bpe_encode": Sub("key=lambda p: rank.get(p, len(rank)))", "key=lambda p: -rank.get(p, -1))")},
           loses=ENCODE),
@@ -214,11 +218,23 @@ def bpe_train(text, vocab_size):
     Wrong("load_no_final_norm", "forgets to copy ln_f",
           edits={"load_gpt2_weights": Sub("        model.norm_f.weight.copy_(hf.ln_f.weight)\n        model.norm_f.bias.copy_(hf.ln_f.bias)\n", "")},
           loses=LOAD),
+    Wrong("load_ignores_n_head", "compares every size but the number of heads (no tensor shape shows it)",
+          edits={"load_gpt2_weights": Sub(""",
+            "n_head": model.blocks[0].attention.n_heads if len(model.blocks) else c.n_head}""", "}")},
+          loses=["test_load_gpt2_weights_hidden"]),
+    Wrong("load_ignores_untied_head", "loads an untied GPT-2 silently (its lm_head is lost)",
+          edits={"load_gpt2_weights": Sub("    if not torch.equal(hf_gpt2.lm_head.weight, hf.wte.weight):\n",
+                                          "    if False:\n")},
+          loses=["test_load_gpt2_weights_hidden"]),
+    Wrong("load_error_names_nothing", "raises a ValueError that does not say which size differs",
+          edits={"load_gpt2_weights": Sub('raise ValueError("GPT-2 does not fit the model: " + ", ".join(wrong))',
+                                          'raise ValueError("the sizes differ")')},
+          loses=["test_load_gpt2_weights_hidden"]),
     # ---- generate
     Wrong("gen_never_caches", "ignores use_cache: runs the whole context at every step",
           edits={"generate": Sub("if use_cache and past is not None and past[0][0].size(2) < model.seq_len:",
                                  "if False:")},
-          loses=GEN_VISIBLE),
+          loses=GEN),
     Wrong("gen_cache_overflows", "keeps extending the cache past seq_len",
           edits={"generate": Sub("if use_cache and past is not None and past[0][0].size(2) < model.seq_len:",
                                  "if use_cache and past is not None:")},
@@ -228,17 +244,41 @@ def bpe_train(text, vocab_size):
                                  "mass_before = sorted_probs.cumsum(dim=-1)")},
           loses=GEN),
     Wrong("gen_top_p_before_temperature", "applies top-p to the probabilities before the temperature",
-          edits={"generate": Sub("                sorted_probs, order = probs.sort(dim=-1, descending=True)",
-                                 "                sorted_probs, order = torch.softmax(logits * temperature, dim=-1).sort(dim=-1, descending=True)")},
+          edits={"generate": Sub("sorted_probs = probs.sort(dim=-1, descending=True).values",
+                                 "sorted_probs = torch.softmax(logits * temperature, dim=-1).sort(dim=-1, descending=True).values")},
           loses=GEN_HIDDEN),
     Wrong("gen_top_p_not_unsorted", "keeps the sorted order: draws a rank, not a token id",
-          edits={"generate": Sub("probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)", "probs = sorted_probs")},
+          edits={"generate": Sub("probs = probs.masked_fill(probs < smallest_kept, 0.0)",
+                                 "probs = sorted_probs.masked_fill(sorted_probs < smallest_kept, 0.0)")},
           loses=GEN),
     Wrong("gen_temperature_zero_divides", "divides by a temperature of 0 instead of taking the argmax",
           edits={"generate": Sub("        if temperature == 0:\n", "        if temperature == 0 and False:\n")},
           loses=GEN),
     Wrong("gen_top_k_plus_one", "keeps k + 1 tokens",
           edits={"generate": Sub("torch.topk(logits, top_k, dim=-1)", "torch.topk(logits, min(top_k + 1, logits.size(-1)), dim=-1)")},
+          loses=GEN_HIDDEN),
+    Wrong("gen_top_p_ties_by_sort_order", "top-p cuts inside a group of tied probabilities (keeps whichever the sort "
+          "puts first)",
+          edits={"generate": Sub("""                sorted_probs = probs.sort(dim=-1, descending=True).values
+                mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+                smallest_kept = sorted_probs.masked_fill(mass_before >= top_p, 2.0).min(dim=-1, keepdim=True).values
+                probs = probs.masked_fill(probs < smallest_kept, 0.0)""", """                sorted_probs, order = probs.sort(dim=-1, descending=True)
+                mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+                sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+                probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)""")},
+          loses=GEN_HIDDEN),
+    Wrong("gen_negative_temperature", "accepts a negative temperature (samples from the inverted distribution)",
+          edits={"generate": Sub("    if temperature < 0:\n", "    if False:\n")},
+          loses=GEN_HIDDEN),
+    Wrong("gen_top_k_zero", "does not check top_k: top_k=0 fails inside torch.topk with an IndexError",
+          edits={"generate": Sub("    if top_k is not None and top_k <= 0:\n", "    if False:\n")},
+          loses=GEN_HIDDEN),
+    Wrong("gen_cache_full_keeps_extending", "when the cache is full, drops its oldest position and goes on with the "
+          "newest token (a sliding cache: the positions no longer match a fresh run)",
+          edits={"generate": Sub("            logits, past = model(x[:, -1:], past=past)",
+                                 "            logits, past = model(x[:, -1:], past=past)\n"
+                                 "            if past[0][0].size(2) >= model.seq_len:\n"
+                                 "                past = [(k[:, :, 1:], v[:, :, 1:]) for k, v in past]")},
           loses=GEN_HIDDEN),
     # ---- stretch
     Wrong("min_p_absolute", "keeps probabilities >= min_p (absolute), not >= min_p times the largest",
@@ -338,8 +378,13 @@ def bpe_decode(ids, merges):
 def load_gpt2_weights(model, hf_gpt2):
     sd = hf_gpt2.state_dict()
     n, d = len(model.blocks), model.token_embedding.embedding_dim
-    if hf_gpt2.config.n_layer != n or hf_gpt2.config.n_embd != d:
-        raise ValueError("GPT-2 and the model differ in size")
+    c = hf_gpt2.config
+    for name, ours in (("n_layer", n), ("n_embd", d), ("vocab_size", model.token_embedding.weight.shape[0]),
+                       ("n_positions", model.seq_len), ("n_head", model.blocks[0].attention.n_heads)):
+        if getattr(c, name) != ours:
+            raise ValueError(f"{name}: GPT-2 has {getattr(c, name)}, the model {ours}")
+    if not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):
+        raise ValueError("the lm_head of this GPT-2 is not tied to its token embedding")
     ours = {"token_embedding.weight": sd["transformer.wte.weight"], "lm_head.weight": sd["transformer.wte.weight"],
             "position_embedding.weight": sd["transformer.wpe.weight"],
             "norm_f.weight": sd["transformer.ln_f.weight"], "norm_f.bias": sd["transformer.ln_f.bias"]}
@@ -364,6 +409,8 @@ def load_gpt2_weights(model, hf_gpt2):
                     "generate": Replace('''
 @torch.no_grad()
 def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None, use_cache=True, generator=None):
+    if temperature < 0 or (top_k is not None and top_k < 1):
+        raise ValueError("temperature must be >= 0" if temperature < 0 else "top_k must be at least 1")
     out = ids.clone()
     cache = None
     for step in range(max_new_tokens):
@@ -387,10 +434,10 @@ def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None
                 order = probs[row].argsort(descending=True).tolist()
                 total, keep = 0.0, []
                 for token in order:
+                    if total >= top_p and probs[row, token] < probs[row, keep[-1]]:
+                        break
                     keep.append(token)
                     total += probs[row, token].item()
-                    if total >= top_p:
-                        break
                 kept = torch.zeros_like(probs[row])
                 kept[keep] = probs[row, keep]
                 probs[row] = kept
