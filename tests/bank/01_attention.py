@@ -77,12 +77,18 @@ def causal_mask(size):
           {"scaled_dot_product_attention": Sub("return weights @ value, weights",
                                                "return (weights @ value).detach(), weights.detach()")}, SDPA),
     Wrong("wrong_answers", "all multiple-choice answers wrong",
-          {"answers": [Sub('answer_q1 = "b"', 'answer_q1 = "a"'), Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
+          {"answers": [Sub('answer_q1 = "d"', 'answer_q1 = "b"'), Sub('answer_q2 = "c"', 'answer_q2 = "a"'),
                        Sub('answer_q3 = "b"', 'answer_q3 = "a"')]},
           ["test_q1", "test_q2", "test_q3"]),
+    Wrong("q5_weighted_by_key_not_average", "Q5 predicted as if token 2 attended to the last key only (5)",
+          {"answer_q5": Sub("answer_q5 = 2.0", "answer_q5 = 5")}, ["test_q5"]),
+    Wrong("q5_string", "Q5 answered with a string instead of a number",
+          {"answer_q5": Sub("answer_q5 = 2.0", 'answer_q5 = "2"')}, ["test_q5"]),
 ]
 
 ALTERNATIVES = [
+    Alternative("q5_exact_fraction", "Q5 predicted as the exact average of the values' first entries",
+                {"answer_q5": Replace("answer_q5 = (1 + 0 + 5) / 3")}),
     Alternative("einsum_large_negative", "einsum and a -1e9 fill instead of matmul and -inf",
                 {"scaled_dot_product_attention": Replace('''
 def scaled_dot_product_attention(query, key, value, mask=None):

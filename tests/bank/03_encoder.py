@@ -114,10 +114,14 @@ WRONG = [
                                "self.attention = MultiHeadAttention(embed_dim, 8, dropout)")},
           STRETCH),
     Wrong("wrong_answers", "all multiple-choice answers wrong",
-          {"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "a"'),
+          {"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = "a"'),
            "answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
            "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "b"')},
           ["test_q1", "test_q2", "test_q3"]),
+    Wrong("q4_weights_only", "predicts question 4 as 12 E^2 (the weight matrices, no biases, no LayerNorms)",
+          {"answer_q4": Sub("answer_q4 = 3152384", "answer_q4 = 12 * 512 ** 2")}, ["test_q4"]),
+    Wrong("q4_string", "answers the prediction of question 4 with a string",
+          {"answer_q4": Sub("answer_q4 = 3152384", 'answer_q4 = "3,152,384"')}, ["test_q4"]),
 ]
 
 BLOCK_STEPWISE = '''
@@ -253,7 +257,7 @@ def load_bert_weights(model, hf_bert):
 '''
 
 PRE_LN_SUBCLASS = '''
-class PreLNTransformerBlock(TransformerBlock):
+class PreLNBlock(TransformerBlock):
     """Reuses TransformerBlock's constructor; only the order of the operations changes."""
 
     def forward(self, x, mask=None):
@@ -279,6 +283,7 @@ ALTERNATIVES = [
     Alternative("stretch_subclass", "the optional pre-LN block as a subclass of TransformerBlock",
                 {"pre_ln_block": Replace(PRE_LN_SUBCLASS)}),
     Alternative("answers_upper_case", "multiple-choice answers in capitals with spaces",
-                {"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = " B "'),
+                {"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = " D "'),
+                 "answer_q4": Sub("answer_q4 = 3152384", "answer_q4 = 3152384.0"),
                  "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "A"')}),
 ]
