@@ -148,11 +148,58 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
           loses=["test_greedy_decode_hidden"]),
     # ---- beam_search (optional stretch, bonus cell)
     Wrong("beam_adds_probabilities", "beam search adds probabilities instead of log-probabilities",
-          edits={"beam_search": Sub("step = logits[:, -1].log_softmax(dim=-1)", "step = logits[:, -1].softmax(dim=-1)")},
+          edits={"beam_search": Sub("logits[:, -1].log_softmax(dim=-1)", "logits[:, -1].softmax(dim=-1)")},
           loses=BONUS),
-    Wrong("beam_extends_finished", "beam search keeps extending finished hypotheses (and scoring what follows eos)",
-          edits={"beam_search": Sub("candidates = torch.where(ended[:, None], frozen, grown).flatten()",
-                                    "candidates = grown.flatten()")},
+    Wrong("beam_finished_keep_slots", "the earlier, non-standard variant: finished hypotheses keep their place in the beam, "
+          "the search stops when every kept hypothesis is finished, and no length normalisation",
+          edits={"beam_search": Replace('''
+@torch.no_grad()
+def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None, length_penalty=0.6):
+    B, T_src = src.shape
+    if src_mask is not None:
+        src_mask = torch.broadcast_to(torch.as_tensor(src_mask, device=src.device), (B, 1, 1, T_src))
+    best_rows = []
+    for b in range(B):
+        row_mask = None if src_mask is None else src_mask[b:b + 1]
+        memory = model.encoder(src[b:b + 1], row_mask)
+        hyps = torch.full((1, 1), sos_idx, dtype=torch.long, device=src.device)   # (k, t)
+        scores = torch.zeros(1, device=src.device)                                  # (k,)
+        while hyps.size(1) < max_len:
+            ended = (hyps[:, 1:] == eos_idx).any(dim=1)                             # (k,)
+            if bool(ended.all()):
+                break
+            k = hyps.size(0)
+            mask_k = None if row_mask is None else row_mask.expand(k, -1, -1, -1)
+            logits = model.decoder(hyps, memory.expand(k, -1, -1), model.make_trg_mask(hyps), mask_k)
+            step = logits[:, -1].log_softmax(dim=-1)                                # (k, V)
+            vocab = step.size(-1)
+            grown = scores[:, None] + step                                          # (k, V)
+            frozen = torch.full_like(grown, float("-inf"))
+            frozen[:, eos_idx] = scores                      # a finished hypothesis: one candidate, same score
+            candidates = torch.where(ended[:, None], frozen, grown).flatten()
+            n_best = min(beam_size, int(torch.isfinite(candidates).sum()))
+            scores, flat = candidates.topk(n_best)
+            hyps = torch.cat([hyps[flat // vocab], (flat % vocab)[:, None]], dim=1)
+        row = hyps[scores.argmax()].tolist()
+        if eos_idx in row[1:]:
+            row = row[: row.index(eos_idx, 1) + 1]
+        best_rows.append(row)
+    width = max(len(row) for row in best_rows)
+    padded = [row + [eos_idx] * (width - len(row)) for row in best_rows]
+    return torch.tensor(padded, dtype=torch.long, device=src.device)
+''')},
+          loses=BONUS),
+    Wrong("beam_no_length_penalty", "beam search without length normalisation (wrong whenever length_penalty > 0)",
+          edits={"beam_search": Sub("return ((5 + size) / 6) ** length_penalty", "return 1.0")},
+          loses=BONUS),
+    Wrong("beam_sos_in_length", "the length penalty counts <sos> in |Y|",
+          edits={"beam_search": Sub("return ((5 + size) / 6) ** length_penalty", "return ((6 + size) / 6) ** length_penalty")},
+          loses=BONUS),
+    Wrong("beam_every_eos_finishes", "every candidate ending in eos finishes, not only those among the beam_size best",
+          edits={"beam_search": Sub("order[:beam_size][ends[:beam_size]]", "order[ends]")},
+          loses=BONUS),
+    Wrong("beam_live_always_join", "the live hypotheses join the finished list also when beam_size are already finished",
+          edits={"beam_search": Sub("        if len(finished) < beam_size:\n", "        if True:\n")},
           loses=BONUS),
     Wrong("beam_ignores_src_mask", "beam search ignores the source mask",
           edits={"beam_search": Sub("row_mask = None if src_mask is None else src_mask[b:b + 1]", "row_mask = None")},
@@ -186,9 +233,15 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
           loses=["test_DecoderOnlyTransformer_hidden"]),
     # ---- questions
     Wrong("q1_no_future_leak_confusion", "question 1 answered with the future-leak option",
-          edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "c"')}, loses=["test_answer_q1"]),
-    Wrong("q3_same_convention", "question 3: believes PyTorch reads True as 'may attend'",
-          edits={"answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "a"')}, loses=["test_answer_q3"]),
+          edits={"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = "c"')}, loses=["test_answer_q1"]),
+    Wrong("q2_paper_count", "question 2 answered with the paper's 65 million (its 37,000-token vocabulary, not ours)",
+          edits={"answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 65")}, loses=["test_answer_q2"]),
+    Wrong("q2_encoder_only_count", "question 2 counted only the encoder (6 blocks of 3.15 million)",
+          edits={"answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 18.9")}, loses=["test_answer_q2"]),
+    Wrong("q3_no_self_attention", "question 3: believes a decoder-only block drops the masked self-attention",
+          edits={"answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "b"')}, loses=["test_answer_q3"]),
+    Wrong("q4_same_convention", "question 4: believes PyTorch reads True as 'may attend'",
+          edits={"answer_q4": Sub('answer_q4 = "c"', 'answer_q4 = "a"')}, loses=["test_answer_q4"]),
 ]
 
 ALTERNATIVES = [
@@ -249,33 +302,31 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
         done = done | (best == eos_idx)
     return ys
 ''')}),
-    Alternative("beam_lists", "beam search with python lists of (score, tokens), one decoder call per hypothesis",
+    Alternative("beam_lists", "beam search with python lists of (score, tokens), one decoder call per hypothesis, sorted()",
                 edits={"beam_search": Replace('''
 @torch.no_grad()
-def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None):
+def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None, length_penalty=0.6):
     results = []
     for b in range(src.size(0)):
         mask = None
         if src_mask is not None:
             mask = torch.broadcast_to(src_mask, (src.size(0), 1, 1, src.size(1)))[b:b + 1]
         enc_out = model.encoder(src[b:b + 1], mask)
-        beam = [(0.0, [sos_idx])]
-        while True:
-            unfinished = [seq for _, seq in beam if seq[-1] != eos_idx]
-            if not unfinished or len(unfinished[0]) >= max_len:
-                break
+        beam, done = [(0.0, [sos_idx])], []
+        while len(done) < beam_size and len(beam[0][1]) < max_len:
             candidates = []
             for score, seq in beam:
-                if seq[-1] == eos_idx:
-                    candidates.append((score, seq))
-                    continue
                 ys = torch.tensor([seq], device=src.device)
                 logits = model.decoder(ys, enc_out, causal_mask(len(seq)).to(src.device), mask)[0, -1]
                 for token, lp in enumerate(torch.log_softmax(logits, dim=-1).tolist()):
                     candidates.append((score + lp, seq + [token]))
-            candidates.sort(key=lambda c: c[0], reverse=True)
-            beam = candidates[:beam_size]
-        results.append(max(beam, key=lambda c: c[0])[1])
+            candidates = sorted(candidates, key=lambda c: c[0], reverse=True)
+            done.extend(c for c in candidates[:beam_size] if c[1][-1] == eos_idx)
+            beam = [c for c in candidates if c[1][-1] != eos_idx][:beam_size]
+        if len(done) < beam_size:
+            done.extend(beam)
+        best = max(done, key=lambda c: c[0] / ((5 + len(c[1]) - 1) / 6) ** length_penalty)
+        results.append(best[1])
     width = max(len(r) for r in results)
     return torch.tensor([r + [eos_idx] * (width - len(r)) for r in results], device=src.device)
 ''')}),
@@ -284,7 +335,10 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None)
                     "mask = causal_mask(x.size(1)).to(x.device)",
                     "T = x.size(1)\n        mask = torch.triu(torch.ones(T, T, device=x.device), 1) == 0")}),
     Alternative("answers_uppercase", "answers written in upper case with spaces",
-                edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = " B "'),
-                       "answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "B"'),
-                       "answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "C"')}),
+                edits={"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = " D "'),
+                       "answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 44_155_403 / 1e6"),
+                       "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "A"'),
+                       "answer_q4": Sub('answer_q4 = "c"', 'answer_q4 = "C"')}),
+    Alternative("q2_rounded_prediction", "question 2: a rounded prediction within the stated 10%",
+                edits={"answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 40")}),
 ]

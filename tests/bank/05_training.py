@@ -165,6 +165,15 @@ WRONG = [
     Wrong("top_p_returns_input", "returns the logits object itself when p >= 1 instead of a new tensor",
           edits={"top_p_filter": Sub("return logits.clone()", "return logits")},
           loses=TOP_P),
+    # ---- questions
+    Wrong("q1_smoothing_easier", "question 1: believes label smoothing reaches a training loss of 0 sooner",
+          edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "a"')}, loses=["test_answer_q1"]),
+    Wrong("q2_no_embed_factor", "question 2: the peak without the factor embed_dim ** -0.5 (4000 ** -0.5 = 0.0158)",
+          edits={"answer_q2": Sub("answer_q2 = 7.0e-4", "answer_q2 = 0.0158")}, loses=["test_answer_q2"]),
+    Wrong("q2_final_rate", "question 2: the rate at the last plotted step (20,000) instead of the peak",
+          edits={"answer_q2": Sub("answer_q2 = 7.0e-4", "answer_q2 = 3.1e-4")}, loses=["test_answer_q2"]),
+    Wrong("q3_model_excellent", "question 3: takes 100% on both halves for an excellent model",
+          edits={"answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "a"')}, loses=["test_answer_q3"]),
 ]
 
 ALTERNATIVES = [
@@ -337,4 +346,8 @@ def top_p_filter(logits, p):
     return logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
 '''),
                 }),
+    Alternative("questions_as_expressions", "answers in upper case, the prediction written as the formula",
+                edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = " B"'),
+                       "answer_q2": Sub("answer_q2 = 7.0e-4", "answer_q2 = 512 ** -0.5 * 4000 ** -0.5"),
+                       "answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "C "')}),
 ]
