@@ -85,7 +85,7 @@ WRONG = [
           edits={"accounting": Sub("return vocab_size * d + seq_len * d", "return 2 * vocab_size * d + seq_len * d")},
           loses=ACCOUNT),
     Wrong("params_fixed_expansion", "uses 4 for the feed-forward width whatever expansion_factor says",
-          edits={"accounting": Sub("d, hidden = embed_dim, expansion_factor * embed_dim", "d, hidden = embed_dim, 4 * embed_dim")},
+          edits={"accounting": Sub("d, hidden = embed_dim, embed_dim * expansion_factor", "d, hidden = embed_dim, embed_dim * 4")},
           loses=["test_accounting_hidden"]),
     Wrong("flops_causal_half", "counts only the unmasked half of the attention scores",
           edits={"accounting": Sub("attention = num_layers * 2 * seq_len * d", "attention = num_layers * seq_len * d")},
