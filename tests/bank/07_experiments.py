@@ -121,7 +121,7 @@ WRONG = [
 ALTERNATIVES = [
     Alternative("functional_styles",
                 "RMSNorm with F.rms_norm; SwiGLU with nn.SiLU; grouped attention with F.scaled_dot_product_attention's "
-                "enable_gqa; fit with np.polyfit",
+                "enable_gqa; the fit written as covariance over variance",
                 edits={
                     "RMSNorm": Sub("return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight",
                                    "return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)"),
@@ -135,10 +135,11 @@ def grouped_query_attention(query, key, value, mask=None):
 '''),
                     "fit_power_law": Replace('''
 def fit_power_law(n_params, losses):
-    if len(n_params) < 2:
-        raise ValueError("need two points")
-    slope, intercept = np.polyfit(np.log(np.array(n_params, dtype=float)), np.log(np.array(losses, dtype=float)), 1)
-    return float(np.exp(intercept)), float(-slope)
+    x, y = np.log(np.asarray(n_params, dtype=float)), np.log(np.asarray(losses, dtype=float))
+    if len(x) < 2:
+        raise ValueError("fit_power_law needs at least two points")
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum()
+    return float(math.exp(y.mean() - slope * x.mean())), float(-slope)
 '''),
                 }),
     Alternative("complex_rope_and_grouped_einsum",
