@@ -19,6 +19,7 @@ import json
 import multiprocessing
 import os
 import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -27,8 +28,9 @@ from pathlib import Path
 SPEED_FILE = ".grading-speed.json"
 BASE_CELL_TIMEOUT = 180.0      # seconds per cell on the reference machine (a 2-core CPU, quiet)
 # calibrate()'s median on the reference machine (this project's 2-core x86-64 CPU, quiet, torch
-# 2.13 CPU); 0.34-0.40 s there with a load average of 2.
-REFERENCE_WORKLOAD_SECONDS = 0.28
+# 2.13 CPU): 0.113-0.123 s (CI and a quiet session, 2026-11-24); 0.17 s with two CPU hogs,
+# 0.28-0.40 s while other sessions' gates ran on the same two cores.
+REFERENCE_WORKLOAD_SECONDS = 0.12
 
 
 def _workload() -> float:
@@ -83,7 +85,9 @@ def write_speed(course_dir: Path, fresh: bool = False, max_age: float = 60.0) ->
 
 # --- oversubscription -----------------------------------------------------------------------
 
-def _spin(stop_at: float) -> None:
+def _spin(stop_at: float, ready=None) -> None:
+    if ready is not None:
+        ready.set()
     x = 0
     while time.time() < stop_at:
         x = (x * 1103515245 + 12345) % 2 ** 31
@@ -92,11 +96,17 @@ def _spin(stop_at: float) -> None:
 @contextmanager
 def cpu_hogs(n: int, max_seconds: float = 3600):
     """n busy processes (one core each) for the duration of the block; each stops by itself
-    after max_seconds even if the block never ends."""
+    after max_seconds even if the block never ends. The block starts only once every hog is
+    spinning (a spawned process needs a moment to start its interpreter), so a measurement
+    taken first thing in the block already sees the load."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_spin, args=(time.time() + max_seconds,), daemon=True) for _ in range(n)]
+    ready = [ctx.Event() for _ in range(n)]
+    procs = [ctx.Process(target=_spin, args=(time.time() + max_seconds, r), daemon=True) for r in ready]
     for p in procs:
         p.start()
+    for r in ready:
+        if not r.wait(60):
+            raise RuntimeError("a CPU hog did not start within 60 s")
     try:
         yield procs
     finally:
@@ -115,7 +125,8 @@ def grade_under_load(submissions: dict[str, dict], workdir: Path, workers: int |
     Each task is up to `per_task` students of one assignment in its own scratch course folder
     with its own SQLite gradebook (one `nbgrader autograde`), so no database server is needed.
     Returns {"scores": {(assignment, student): {grade_id: score}}, "seconds", "workers", "hogs",
-    "speed": the calibrations the task folders recorded}.
+    "speed": the calibration taken once the hogs ran, those the task folders recorded, and one
+    every 20 s while grading}.
     """
     from . import grading
     cores = os.cpu_count() or 1
@@ -142,13 +153,29 @@ def grade_under_load(submissions: dict[str, dict], workdir: Path, workers: int |
 
     scores: dict = {}
     with cpu_hogs(hogs):
+        # Calibrate again now that the hogs run: the task folders' Workspaces reuse this
+        # process's last calibration for a minute, which may come from a quiet moment.
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        loaded = write_speed(Path(workdir), fresh=True)
         t = time.perf_counter()
-        with ThreadPoolExecutor(workers) as pool:
-            for part in pool.map(one, enumerate(tasks)):
-                scores.update(part)
+        samples, done = [], threading.Event()
+
+        def sample():                # how slow the machine is while the graders run
+            while not done.wait(20):
+                samples.append(calibrate(repeats=1))
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                for part in pool.map(one, enumerate(tasks)):
+                    scores.update(part)
+        finally:
+            done.set()
+            sampler.join()
         seconds = time.perf_counter() - t
     speeds = [json.loads(p.read_text()) for p in Path(workdir).glob(f"task*/{SPEED_FILE}")]
-    return {"scores": scores, "seconds": seconds, "workers": workers, "hogs": hogs, "speed": speeds}
+    return {"scores": scores, "seconds": seconds, "workers": workers, "hogs": hogs,
+            "speed": [loaded] + speeds + samples}
 
 
 def compare(quiet: dict, loaded: dict) -> list[str]:

@@ -141,7 +141,7 @@ def bpe_train(text, vocab_size):
     Wrong("block_dropout_always", "applies dropout with F.dropout(training=True): also in eval mode",
           edits={"PreLNBlock": Sub("return x + self.dropout2(self.feed_forward(self.norm2(x)))",
                                    "return x + F.dropout(self.feed_forward(self.norm2(x)), self.dropout2.p, training=True)")},
-          loses=["test_preln_block_hidden"]),
+          loses=BLOCK + ["test_gpt_visible", "test_generate_visible"]),   # the default dropout 0.1 acts in eval mode
     Wrong("block_layernorm_eps", "LayerNorms with eps=1e-6 instead of GPT-2's 1e-5",
           edits={"PreLNBlock": [Sub("self.norm1 = nn.LayerNorm(embed_dim)", "self.norm1 = nn.LayerNorm(embed_dim, eps=1e-6)"),
                                 Sub("self.norm2 = nn.LayerNorm(embed_dim)", "self.norm2 = nn.LayerNorm(embed_dim, eps=1e-6)")]},
@@ -153,9 +153,18 @@ def bpe_train(text, vocab_size):
           "reference must use the contract's sizes, not the block's own)",
           edits={"PreLNBlock": Sub("hidden = embed_dim * expansion_factor", "hidden = embed_dim * 4")},
           loses=["test_preln_block_hidden"]),
+    Wrong("block_old_argument_order", "(embed_dim, n_heads, expansion_factor): PreLNBlock(64, 4) gives 4 heads, not "
+          "notebook 03's order (embed_dim, expansion_factor, n_heads)",
+          edits={"PreLNBlock": Sub("def __init__(self, embed_dim, expansion_factor=4, n_heads=8, dropout=0.1):",
+                                   "def __init__(self, embed_dim, n_heads=8, expansion_factor=4, dropout=0.1):")},
+          loses=["test_preln_block_hidden"]),
+    Wrong("block_dropout_default_zero", "dropout defaults to 0.0 instead of the contract's 0.1",
+          edits={"PreLNBlock": Sub("def __init__(self, embed_dim, expansion_factor=4, n_heads=8, dropout=0.1):",
+                                   "def __init__(self, embed_dim, expansion_factor=4, n_heads=8, dropout=0.0):")},
+          loses=["test_preln_block_hidden"]),
     # ---- GPT
     Wrong("gpt_untied", "a separate output layer (not tied to the token embedding)",
-          edits={"GPT": Sub("        self.lm_head.weight = self.token_embedding.weight\n", "")},
+          edits={"GPT": Sub("        self.lm_head.weight = self.word_embedding.weight\n", "")},
           loses=GPT + LOAD_VISIBLE),
     Wrong("gpt_positions_restart", "numbers the new tokens from 0 even with a cache",
           edits={"GPT": Sub("positions = torch.arange(start, start + T, device=ids.device)",
@@ -179,8 +188,8 @@ def bpe_train(text, vocab_size):
           edits={"GPT": Sub("if start + T > self.seq_len:", "if start + T >= self.seq_len:")},
           loses=["test_gpt_hidden"]),
     Wrong("gpt_no_embedding_dropout", "never applies model.dropout to the embeddings' sum",
-          edits={"GPT": Sub("x = self.dropout(self.token_embedding(ids) + self.position_embedding(positions))",
-                            "x = self.token_embedding(ids) + self.position_embedding(positions)")},
+          edits={"GPT": Sub("x = self.dropout(self.word_embedding(ids) + self.position_embedding(positions))",
+                            "x = self.word_embedding(ids) + self.position_embedding(positions)")},
           loses=["test_gpt_hidden"]),
     Wrong("gpt_final_norm_eps", "norm_f with eps=1e-6 instead of GPT-2's 1e-5",
           edits={"GPT": Sub("self.norm_f = nn.LayerNorm(embed_dim)", "self.norm_f = nn.LayerNorm(embed_dim, eps=1e-6)")},
@@ -196,6 +205,20 @@ def bpe_train(text, vocab_size):
                 nn.init.zeros_(p)
             elif p.dim() == 2:
                 nn.init.normal_(p, std=0.02)""")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_old_argument_order", "(vocab_size, embed_dim, seq_len, num_layers, n_heads, ...) without expansion_factor: "
+          "GPT(V, E, T, 2, 4) means 4 heads, not notebook 04's order",
+          edits={"GPT": [Sub("def __init__(self, vocab_size, embed_dim, seq_len, num_layers=2, expansion_factor=4, n_heads=8, dropout=0.1):",
+                             "def __init__(self, vocab_size, embed_dim, seq_len, num_layers=2, n_heads=8, dropout=0.1, expansion_factor=4):")]},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_ignores_expansion_factor", "builds every block with expansion factor 4 whatever expansion_factor is",
+          edits={"GPT": Sub("PreLNBlock(embed_dim, expansion_factor, n_heads, dropout)", "PreLNBlock(embed_dim, 4, n_heads, dropout)")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_blocks_without_dropout", "builds the blocks without the dropout rate (their default)",
+          edits={"GPT": Sub("PreLNBlock(embed_dim, expansion_factor, n_heads, dropout)", "PreLNBlock(embed_dim, expansion_factor, n_heads)")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_dropout_default_zero", "dropout defaults to 0.0 instead of the contract's 0.1",
+          edits={"GPT": Sub("num_layers=2, expansion_factor=4, n_heads=8, dropout=0.1):", "num_layers=2, expansion_factor=4, n_heads=8, dropout=0.0):")},
           loses=["test_gpt_hidden"]),
     # ---- load_gpt2_weights
     Wrong("load_attention_untransposed", "copies the square attention weights without transposing them (the classic bug)",
@@ -220,7 +243,7 @@ def bpe_train(text, vocab_size):
           loses=LOAD),
     Wrong("load_ignores_n_head", "compares every size but the number of heads (no tensor shape shows it)",
           edits={"load_gpt2_weights": Sub(""",
-            "n_head": model.blocks[0].attention.n_heads if len(model.blocks) else c.n_head}""", "}")},
+            "n_head": model.layers[0].attention.n_heads if len(model.layers) else c.n_head}""", "}")},
           loses=["test_load_gpt2_weights_hidden"]),
     Wrong("load_ignores_untied_head", "loads an untied GPT-2 silently (its lm_head is lost)",
           edits={"load_gpt2_weights": Sub("    if not torch.equal(hf_gpt2.lm_head.weight, hf.wte.weight):\n",
@@ -280,6 +303,21 @@ def bpe_train(text, vocab_size):
                                  "            if past[0][0].size(2) >= model.seq_len:\n"
                                  "                past = [(k[:, :, 1:], v[:, :, 1:]) for k, v in past]")},
           loses=GEN_HIDDEN),
+    # ---- questions
+    Wrong("q1_eight_bits", "predicts 8 bits per byte (as if every token were one byte)",
+          edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = 8.0")}, loses=["test_answer_q1"]),
+    Wrong("q1_bits_per_token", "predicts log2(1000) bits per token, not per byte",
+          edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = 9.97")}, loses=["test_answer_q1"]),
+    Wrong("q1_times_bytes", "multiplies by the bytes per token instead of dividing",
+          edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = 23.5")}, loses=["test_answer_q1"]),
+    Wrong("q1_not_a_number", "answers with a string",
+          edits={"answer_q1": Sub("answer_q1 = 4.22", 'answer_q1 = "4.22"')}, loses=["test_answer_q1"]),
+    Wrong("q2_with_the_cache", "gives the count with the cache (one position per step)",
+          edits={"answer_q2": Sub("answer_q2 = 5050", "answer_q2 = 100")}, loses=["test_answer_q2"]),
+    Wrong("q2_products", "gives the query-key products without the cache instead of the positions",
+          edits={"answer_q2": Sub("answer_q2 = 5050", "answer_q2 = 338350")}, loses=["test_answer_q2"]),
+    Wrong("q2_squared", "n squared: every step on all 100 positions",
+          edits={"answer_q2": Sub("answer_q2 = 5050", "answer_q2 = 10000")}, loses=["test_answer_q2"]),
     # ---- stretch
     Wrong("min_p_absolute", "keeps probabilities >= min_p (absolute), not >= min_p times the largest",
           edits={"min_p_filter": Sub("threshold = log_probs.max(dim=-1, keepdim=True).values + math.log(min_p)",
@@ -288,6 +326,9 @@ def bpe_train(text, vocab_size):
 ]
 
 ALTERNATIVES = [
+    Alternative("answers_as_expressions", "the predictions written as the computations that give them",
+                edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = math.log2(1000) / 2.36"),
+                       "answer_q2": Sub("answer_q2 = 5050", "answer_q2 = sum(range(1, 101))")}),
     Alternative("slow_but_sound_bpe",
                 "recounts every pair over the distinct chunks in every merge; encodes by trying every merge in order",
                 edits={
@@ -377,22 +418,22 @@ def bpe_decode(ids, merges):
                     "load_gpt2_weights": Replace('''
 def load_gpt2_weights(model, hf_gpt2):
     sd = hf_gpt2.state_dict()
-    n, d = len(model.blocks), model.token_embedding.embedding_dim
+    n, d = len(model.layers), model.word_embedding.embedding_dim
     c = hf_gpt2.config
-    for name, ours in (("n_layer", n), ("n_embd", d), ("vocab_size", model.token_embedding.weight.shape[0]),
-                       ("n_positions", model.seq_len), ("n_head", model.blocks[0].attention.n_heads)):
+    for name, ours in (("n_layer", n), ("n_embd", d), ("vocab_size", model.word_embedding.weight.shape[0]),
+                       ("n_positions", model.seq_len), ("n_head", model.layers[0].attention.n_heads)):
         if getattr(c, name) != ours:
             raise ValueError(f"{name}: GPT-2 has {getattr(c, name)}, the model {ours}")
     if not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):
         raise ValueError("the lm_head of this GPT-2 is not tied to its token embedding")
-    ours = {"token_embedding.weight": sd["transformer.wte.weight"], "lm_head.weight": sd["transformer.wte.weight"],
+    ours = {"word_embedding.weight": sd["transformer.wte.weight"], "lm_head.weight": sd["transformer.wte.weight"],
             "position_embedding.weight": sd["transformer.wpe.weight"],
             "norm_f.weight": sd["transformer.ln_f.weight"], "norm_f.bias": sd["transformer.ln_f.bias"]}
     for i in range(n):
         p = f"transformer.h.{i}."
         q, k, v = sd[p + "attn.c_attn.weight"].T.chunk(3, dim=0)
         qb, kb, vb = sd[p + "attn.c_attn.bias"].chunk(3)
-        b = f"blocks.{i}."
+        b = f"layers.{i}."
         ours.update({
             b + "attention.query_matrix.weight": q, b + "attention.query_matrix.bias": qb,
             b + "attention.key_matrix.weight": k, b + "attention.key_matrix.bias": kb,
