@@ -143,7 +143,7 @@ def generation_rows(ns, device, lengths, prompt=16, vocab=1000, embed_dim=128, l
     is by far the slowest line of the section).
     Returns [(new tokens, runs, cached seconds, uncached seconds, first differing position or None)]."""
     generate = ns["generate"]
-    model = ns["GPT"](vocab, embed_dim, prompt + max(lengths), layers, heads, dropout=0.0).to(device).eval()
+    model = ns["GPT"](vocab, embed_dim, prompt + max(lengths), num_layers=layers, n_heads=heads, dropout=0.0).to(device).eval()
     ids = torch.randint(0, vocab, (1, prompt), device=device)
     for cache in (True, False):                                    # warm-up
         generate(model, ids, 8, temperature=0, use_cache=cache)
@@ -181,7 +181,7 @@ def gpt2_rows(ns, device, batch=8, T=128, vocab=1000, embed_dim=256, layers=4, h
                                      n_head=heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                                      bos_token_id=0, eos_token_id=0)
     hf = transformers.GPT2LMHeadModel(config)
-    model = ns["load_gpt2_weights"](ns["GPT"](vocab, embed_dim, T, layers, heads, dropout=0.0), hf)
+    model = ns["load_gpt2_weights"](ns["GPT"](vocab, embed_dim, T, num_layers=layers, n_heads=heads, dropout=0.0), hf)
     model, hf = model.to(device).train(), hf.to(device).train()
     hf_eager = copy.deepcopy(hf)
     hf_eager.set_attn_implementation("eager")

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 
 from . import cells as C
-from .paths import release_notebook, repo_root, source_notebook
+from .paths import assignments, release_notebook, repo_root, source_notebook
 
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
@@ -258,6 +258,74 @@ def exercise_problems(assignment: str, root: Path | None = None) -> list[str]:
     return problems
 
 
+# --- Assessments worth their points -------------------------------------------------------
+# Every notebook asks the student to think, not only to code: at least one written answer graded
+# by a person against a rubric that formgrader shows beside it, and at least two auto-graded
+# conceptual questions (multiple choice, or a prediction of a number a later cell prints). The
+# letters of the multiple-choice keys are spread: none is the key of more than 40% of the
+# course's questions, so "always b" is not a strategy.
+ANSWER = re.compile(r"^\s*(answer_\w+)\s*=\s*(.+?)\s*$", re.M)
+LETTER = re.compile(r"""^["']([a-d])["']$""")
+RUBRIC = re.compile(r"^\s*\*\*Rubric")
+MAX_KEY_SHARE = 0.40
+
+
+def _solution_text(source: str) -> str:
+    return "\n".join(re.findall(r"BEGIN SOLUTION\n(.*?)\n\s*### END SOLUTION", source, re.S))
+
+
+def answer_keys(assignment: str, root: Path | None = None) -> dict[str, str]:
+    """{answer variable: its reference value as written} for the auto-graded questions."""
+    root = root or repo_root()
+    keys = {}
+    for cell in C.read(source_notebook(assignment, root)).cells:
+        if cell.cell_type == "code" and C.is_solution(cell):
+            for m in ANSWER.finditer(_solution_text(cell.source)):
+                keys[m.group(1)] = m.group(2)
+    return keys
+
+
+def assessment_problems(assignment: str, root: Path | None = None) -> list[str]:
+    root = root or repo_root()
+    path = source_notebook(assignment, root)
+    cells = C.read(path).cells
+    problems = []
+    written = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and C.is_manual(c)
+               and float(C._nbg(c).get("points") or 0) > 0]
+    if not written:
+        problems.append(f"{path}: no written question (a markdown answer cell graded by a person, "
+                        "with points)")
+    for i in written:
+        after = cells[i + 1] if i + 1 < len(cells) else None
+        if (after is None or after.cell_type != "markdown" or not C.is_locked(after)
+                or C.is_grade(after) or not RUBRIC.match(after.source)):
+            problems.append(f"{path}: the written answer {C.grade_id(cells[i])!r} is not followed by "
+                            "a locked markdown cell starting '**Rubric' (formgrader shows it beside "
+                            "the answer)")
+    keys = answer_keys(assignment, root)
+    if len(keys) < 2:
+        problems.append(f"{path}: {len(keys)} auto-graded conceptual question(s) (answer_... "
+                        "variables set in a solution cell); at least 2 are needed")
+    return problems
+
+
+def answer_key_balance(root: Path | None = None) -> list[str]:
+    """Problems if one letter is the key of more than MAX_KEY_SHARE of the course's multiple-choice
+    questions."""
+    from collections import Counter
+    root = root or repo_root()
+    letters = Counter()
+    for a in assignments(root):
+        for value in answer_keys(a, root).values():
+            m = LETTER.match(value)
+            if m:
+                letters[m.group(1)] += 1
+    total = sum(letters.values())
+    return [f"{n} of {total} multiple-choice keys are {letter!r} (more than "
+            f"{MAX_KEY_SHARE:.0%}); re-order the options" for letter, n in sorted(letters.items())
+            if total and n / total > MAX_KEY_SHARE]
+
+
 # --- Words a student must never read (issue 13) --------------------------------------------
 # The course is built from internal lecture material and run by a team with its own vocabulary;
 # students saw none of it.
@@ -283,4 +351,5 @@ def teaching_problems(assignment: str, root: Path | None = None) -> list[str]:
     root = root or repo_root()
     total, leaked = dictation(assignment, root)
     return ([f"{release_notebook(assignment, root)}: solution line {x}" for x in leaked]
-            + exercise_problems(assignment, root) + internal_words(assignment, root))
+            + exercise_problems(assignment, root) + internal_words(assignment, root)
+            + assessment_problems(assignment, root))

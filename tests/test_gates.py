@@ -11,9 +11,9 @@ from course import bank, build, grading, lint
 from conftest import ASSIGNMENTS, ROOT
 
 
-def test_course_has_the_six_assignments():
+def test_course_has_the_seven_assignments():
     assert ASSIGNMENTS == ["01_attention", "02_multi_head_attention", "03_encoder",
-                           "04_decoder", "05_training", "06_gpt"]
+                           "04_decoder", "05_training", "06_gpt", "07_experiments"]
 
 
 # Gate 1 -------------------------------------------------------------------------------------
@@ -47,6 +47,52 @@ def test_gate8_every_exercise_has_a_header_hints_and_the_overview_adds_up(assign
 def test_gate8_no_internal_words_in_release(assignment):
     problems = lint.internal_words(assignment, ROOT)
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate8_a_written_question_with_a_rubric_and_two_conceptual_questions(assignment):
+    problems = lint.assessment_problems(assignment, ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_gate8_multiple_choice_keys_are_spread():
+    problems = lint.answer_key_balance(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_assessment_gate_catches_what_it_should(tmp_path):
+    """A written answer without its rubric, a single conceptual question and keys that are
+    mostly one letter are caught; the complete pattern passes."""
+    import shutil
+    from course import cells as C
+    root = tmp_path / "course"
+    (root / "source" / "x").mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", root)
+
+    def notebook(keys, rubric):
+        answers = C.solution("### TODO: answer\n### BEGIN SOLUTION\n"
+                             + "".join(f'answer_q{i} = "{k}"\n' for i, k in enumerate(keys))
+                             + "### END SOLUTION", "answers")
+        written = C.markdown("### BEGIN SOLUTION\nA model answer.\n### END SOLUTION")
+        written.metadata["nbgrader"] = {"grade": True, "solution": True, "locked": False,
+                                        "points": 2, "grade_id": "q_written", "schema_version": 3}
+        cells = [answers, written]
+        if rubric:
+            r = C.markdown("**Rubric (2 points).** 1 point: ...; 1 point: ...")
+            r.metadata["nbgrader"] = {"grade": False, "solution": False, "locked": True,
+                                      "grade_id": "q_rubric", "schema_version": 3}
+            cells.append(r)
+        C.write(C.new_notebook(cells), root / "source" / "x" / "x.ipynb")
+        return lint.assessment_problems("x", root), lint.answer_key_balance(root)
+
+    problems, balance = notebook(["a", "b", "c"], rubric=True)
+    assert problems == [] and balance == []
+    problems, _ = notebook(["a", "b"], rubric=False)
+    assert len(problems) == 1 and "Rubric" in problems[0]
+    problems, _ = notebook(["a"], rubric=True)
+    assert len(problems) == 1 and "at least 2" in problems[0]
+    _, balance = notebook(["b", "b", "a"], rubric=True)
+    assert len(balance) == 1 and "2 of 3" in balance[0]
 
 
 def test_dictation_gate_catches_what_it_should(tmp_path):

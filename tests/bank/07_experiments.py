@@ -116,9 +116,25 @@ WRONG = [
     Wrong("power_law_sign", "returns the slope itself instead of -slope",
           edits={"fit_power_law": Sub("float(-slope)", "float(slope)")},
           loses=BONUS),
+    # ---- questions
+    Wrong("q1_query_heads", "counts the 8 query heads instead of the 2 key/value heads",
+          edits={"answer_q1": Sub("answer_q1 = 16384", "answer_q1 = 65536")}, loses=["test_answer_q1"]),
+    Wrong("q1_keys_only", "forgets that values are cached too",
+          edits={"answer_q1": Sub("answer_q1 = 16384", "answer_q1 = 8192")}, loses=["test_answer_q1"]),
+    Wrong("q1_not_a_number", "answers with a string",
+          edits={"answer_q1": Sub("answer_q1 = 16384", 'answer_q1 = "16384"')}, loses=["test_answer_q1"]),
+    Wrong("q2_float32", "counts 4 bytes per number (float32) instead of 2",
+          edits={"answer_q2": Sub("answer_q2 = 36", "answer_q2 = 72")}, loses=["test_answer_q2"]),
+    Wrong("q2_one_block", "counts one block instead of 12",
+          edits={"answer_q2": Sub("answer_q2 = 36", "answer_q2 = 3")}, loses=["test_answer_q2"]),
+    Wrong("q2_not_a_number", "answers with a string",
+          edits={"answer_q2": Sub("answer_q2 = 36", 'answer_q2 = "36 MiB"')}, loses=["test_answer_q2"]),
 ]
 
 ALTERNATIVES = [
+    Alternative("answers_as_expressions", "the predictions written as the computations that give them",
+                edits={"answer_q1": Sub("answer_q1 = 16384", "answer_q1 = 2 * 2 * 2 * 8 * 64 * 4"),
+                       "answer_q2": Sub("answer_q2 = 36", "answer_q2 = 2 * 12 * 12 * 64 * 1024 * 2 / 2**20")}),
     Alternative("functional_styles",
                 "RMSNorm with F.rms_norm; SwiGLU with nn.SiLU; grouped attention with F.scaled_dot_product_attention's "
                 "enable_gqa; the fit written as covariance over variance",
