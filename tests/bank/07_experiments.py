@@ -96,6 +96,15 @@ WRONG = [
     Wrong("kv_keys_only", "counts the keys but not the values",
           edits={"accounting": Sub("return 2 * num_layers * batch_size", "return num_layers * batch_size")},
           loses=ACCOUNT),
+    Wrong("memory_no_optimizer_state", "counts the weights and gradients but not AdamW's two running averages",
+          edits={"accounting": Sub("return 4 * n_params * bytes_per_number", "return 2 * n_params * bytes_per_number")},
+          loses=ACCOUNT),
+    Wrong("memory_one_moment", "counts one running average (SGD with momentum), not AdamW's two",
+          edits={"accounting": Sub("return 4 * n_params * bytes_per_number", "return 3 * n_params * bytes_per_number")},
+          loses=ACCOUNT),
+    Wrong("memory_fixed_float32", "always counts 4 bytes per number",
+          edits={"accounting": Sub("return 4 * n_params * bytes_per_number", "return 16 * n_params")},
+          loses=["test_accounting_hidden"]),
     Wrong("kv_ignores_batch", "counts one sequence whatever batch_size says",
           edits={"accounting": Sub("return 2 * num_layers * batch_size", "return 2 * num_layers")},
           loses=["test_accounting_hidden"]),
@@ -223,6 +232,11 @@ def forward_flops_per_token(vocab_size, embed_dim, seq_len, num_layers, expansio
 def kv_cache_bytes(num_layers, n_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_number=2):
     per_layer = 2 * batch_size * n_kv_heads * seq_len * head_dim
     return num_layers * per_layer * bytes_per_number
+
+
+def training_memory_bytes(n_params, bytes_per_number=4):
+    weight = gradient = exp_avg = exp_avg_sq = n_params * bytes_per_number
+    return weight + gradient + exp_avg + exp_avg_sq
 '''),
                     "experiment": Replace('''
 def plot_runs(runs):
