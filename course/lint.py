@@ -270,17 +270,13 @@ RUBRIC = re.compile(r"^\s*\*\*Rubric")
 MAX_KEY_SHARE = 0.40
 
 
-def _solution_text(source: str) -> str:
-    return "\n".join(re.findall(r"BEGIN SOLUTION\n(.*?)\n\s*### END SOLUTION", source, re.S))
-
-
 def answer_keys(assignment: str, root: Path | None = None) -> dict[str, str]:
     """{answer variable: its reference value as written} for the auto-graded questions."""
     root = root or repo_root()
     keys = {}
     for cell in C.read(source_notebook(assignment, root)).cells:
         if cell.cell_type == "code" and C.is_solution(cell):
-            for m in ANSWER.finditer(_solution_text(cell.source)):
+            for m in ANSWER.finditer("\n".join(C.regions(cell.source, C.BEGIN_SOLUTION, C.END_SOLUTION))):
                 keys[m.group(1)] = m.group(2)
     return keys
 
@@ -291,7 +287,7 @@ def assessment_problems(assignment: str, root: Path | None = None) -> list[str]:
     cells = C.read(path).cells
     problems = []
     written = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and C.is_manual(c)
-               and float(C._nbg(c).get("points") or 0) > 0]
+               and C.points(c) > 0]
     if not written:
         problems.append(f"{path}: no written question (a markdown answer cell graded by a person, "
                         "with points)")

@@ -73,9 +73,7 @@ def test_assessment_gate_catches_what_it_should(tmp_path):
         answers = C.solution("### TODO: answer\n### BEGIN SOLUTION\n"
                              + "".join(f'answer_q{i} = "{k}"\n' for i, k in enumerate(keys))
                              + "### END SOLUTION", "answers")
-        written = C.markdown("### BEGIN SOLUTION\nA model answer.\n### END SOLUTION")
-        written.metadata["nbgrader"] = {"grade": True, "solution": True, "locked": False,
-                                        "points": 2, "grade_id": "q_written", "schema_version": 3}
+        written = C.written_answer("### BEGIN SOLUTION\nA model answer.\n### END SOLUTION", "q_written", 2)
         cells = [answers, written]
         if rubric:
             r = C.markdown("**Rubric (2 points).** 1 point: ...; 1 point: ...")
