@@ -253,6 +253,10 @@ def bpe_train(text, vocab_size):
           edits={"load_gpt2_weights": Sub('raise ValueError("GPT-2 does not fit the model: " + ", ".join(wrong))',
                                           'raise ValueError("the sizes differ")')},
           loses=["test_load_gpt2_weights_hidden"]),
+    Wrong("load_error_names_first_only", "names only the first size that differs (the contract: each one)",
+          edits={"load_gpt2_weights": Sub('raise ValueError("GPT-2 does not fit the model: " + ", ".join(wrong))',
+                                          'raise ValueError("GPT-2 does not fit the model: " + wrong[0])')},
+          loses=["test_load_gpt2_weights_hidden"]),
     # ---- generate
     Wrong("gen_never_caches", "ignores use_cache: runs the whole context at every step",
           edits={"generate": Sub("if use_cache and past is not None and past[0][0].size(2) < model.seq_len:",
@@ -304,20 +308,20 @@ def bpe_train(text, vocab_size):
                                  "                past = [(k[:, :, 1:], v[:, :, 1:]) for k, v in past]")},
           loses=GEN_HIDDEN),
     # ---- questions
-    Wrong("q1_eight_bits", "predicts 8 bits per byte (as if every token were one byte)",
-          edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = 8.0")}, loses=["test_answer_q1"]),
-    Wrong("q1_bits_per_token", "predicts log2(1000) bits per token, not per byte",
-          edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = 9.97")}, loses=["test_answer_q1"]),
-    Wrong("q1_times_bytes", "multiplies by the bytes per token instead of dividing",
-          edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = 23.5")}, loses=["test_answer_q1"]),
-    Wrong("q1_not_a_number", "answers with a string",
-          edits={"answer_q1": Sub("answer_q1 = 4.22", 'answer_q1 = "4.22"')}, loses=["test_answer_q1"]),
-    Wrong("q2_with_the_cache", "gives the count with the cache (one position per step)",
-          edits={"answer_q2": Sub("answer_q2 = 5050", "answer_q2 = 100")}, loses=["test_answer_q2"]),
-    Wrong("q2_products", "gives the query-key products without the cache instead of the positions",
-          edits={"answer_q2": Sub("answer_q2 = 5050", "answer_q2 = 338350")}, loses=["test_answer_q2"]),
-    Wrong("q2_squared", "n squared: every step on all 100 positions",
-          edits={"answer_q2": Sub("answer_q2 = 5050", "answer_q2 = 10000")}, loses=["test_answer_q2"]),
+    Wrong("q3_eight_bits", "predicts 8 bits per byte (as if every token were one byte)",
+          edits={"answer_q3": Sub("answer_q3 = 4.22", "answer_q3 = 8.0")}, loses=["test_answer_q3"]),
+    Wrong("q3_bits_per_token", "predicts log2(1000) bits per token, not per byte",
+          edits={"answer_q3": Sub("answer_q3 = 4.22", "answer_q3 = 9.97")}, loses=["test_answer_q3"]),
+    Wrong("q3_times_bytes", "multiplies by the bytes per token instead of dividing",
+          edits={"answer_q3": Sub("answer_q3 = 4.22", "answer_q3 = 23.5")}, loses=["test_answer_q3"]),
+    Wrong("q3_not_a_number", "answers with a string",
+          edits={"answer_q3": Sub("answer_q3 = 4.22", 'answer_q3 = "4.22"')}, loses=["test_answer_q3"]),
+    Wrong("q1_with_the_cache", "gives the count with the cache (one position per step)",
+          edits={"answer_q1": Sub("answer_q1 = 5050", "answer_q1 = 100")}, loses=["test_answer_q1"]),
+    Wrong("q1_products", "gives the query-key products without the cache instead of the positions",
+          edits={"answer_q1": Sub("answer_q1 = 5050", "answer_q1 = 338350")}, loses=["test_answer_q1"]),
+    Wrong("q1_squared", "n squared: every step on all 100 positions",
+          edits={"answer_q1": Sub("answer_q1 = 5050", "answer_q1 = 10000")}, loses=["test_answer_q1"]),
     # ---- stretch
     Wrong("min_p_absolute", "keeps probabilities >= min_p (absolute), not >= min_p times the largest",
           edits={"min_p_filter": Sub("threshold = log_probs.max(dim=-1, keepdim=True).values + math.log(min_p)",
@@ -327,8 +331,8 @@ def bpe_train(text, vocab_size):
 
 ALTERNATIVES = [
     Alternative("answers_as_expressions", "the predictions written as the computations that give them",
-                edits={"answer_q1": Sub("answer_q1 = 4.22", "answer_q1 = math.log2(1000) / 2.36"),
-                       "answer_q2": Sub("answer_q2 = 5050", "answer_q2 = sum(range(1, 101))")}),
+                edits={"answer_q3": Sub("answer_q3 = 4.22", "answer_q3 = math.log2(1000) / 2.36"),
+                       "answer_q1": Sub("answer_q1 = 5050", "answer_q1 = sum(range(1, 101))")}),
     Alternative("slow_but_sound_bpe",
                 "recounts every pair over the distinct chunks in every merge; encodes by trying every merge in order",
                 edits={
@@ -420,10 +424,11 @@ def load_gpt2_weights(model, hf_gpt2):
     sd = hf_gpt2.state_dict()
     n, d = len(model.layers), model.word_embedding.embedding_dim
     c = hf_gpt2.config
-    for name, ours in (("n_layer", n), ("n_embd", d), ("vocab_size", model.word_embedding.weight.shape[0]),
-                       ("n_positions", model.seq_len), ("n_head", model.layers[0].attention.n_heads)):
-        if getattr(c, name) != ours:
-            raise ValueError(f"{name}: GPT-2 has {getattr(c, name)}, the model {ours}")
+    sizes = (("n_layer", n), ("n_embd", d), ("vocab_size", model.word_embedding.weight.shape[0]),
+             ("n_positions", model.seq_len), ("n_head", model.layers[0].attention.n_heads))
+    differ = [f"{name}: GPT-2 has {getattr(c, name)}, the model {ours}" for name, ours in sizes if getattr(c, name) != ours]
+    if differ:
+        raise ValueError("; ".join(differ))
     if not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):
         raise ValueError("the lm_head of this GPT-2 is not tied to its token embedding")
     ours = {"word_embedding.weight": sd["transformer.wte.weight"], "lm_head.weight": sd["transformer.wte.weight"],
