@@ -78,13 +78,17 @@ def reference_submission(assignment: str, root: Path | None = None):
     return filled_release(assignment, reference_solutions(assignment, root), root)
 
 
-def apply(entry: Entry, assignment: str, root: Path | None = None):
-    answers = reference_solutions(assignment, root)
+def answers(entry: Entry | None, assignment: str, root: Path | None = None) -> dict[str, str]:
+    """grade_id -> the code of each solution cell once ``entry``'s edits are applied to the reference
+    (the reference itself for None)."""
+    code = reference_solutions(assignment, root)
+    if entry is None:
+        return code
     for gid, edits in entry.edits.items():
-        if gid not in answers:
+        if gid not in code:
             raise KeyError(f"bank entry {entry.name!r} edits {gid!r}, which is not a solution cell "
-                           f"of {assignment} (solution cells: {sorted(answers)})")
-        text = answers[gid]
+                           f"of {assignment} (solution cells: {sorted(code)})")
+        text = code[gid]
         for e in edits:
             if isinstance(e, Replace):
                 text = e.code.strip("\n")
@@ -92,8 +96,12 @@ def apply(entry: Entry, assignment: str, root: Path | None = None):
                 if text.count(e.old) < e.count:
                     raise ValueError(f"bank entry {entry.name!r}: {e.old!r} not found in {gid!r}")
                 text = text.replace(e.old, e.new)
-        answers[gid] = text
-    return filled_release(assignment, answers, root)
+        code[gid] = text
+    return code
+
+
+def apply(entry: Entry, assignment: str, root: Path | None = None):
+    return filled_release(assignment, answers(entry, assignment, root), root)
 
 
 def load(assignment: str, root: Path | None = None) -> list[Entry]:

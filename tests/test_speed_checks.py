@@ -39,18 +39,9 @@ def _hidden(source: str) -> str:
     return "\n".join(C.regions(source, "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"))
 
 
-def _entry(name: str):
-    return next(e for e in bank.load(ASSIGNMENT) if e.name == name)
-
-
 def _answers(entry_name: str | None) -> dict[str, str]:
-    answers = bank.reference_solutions(ASSIGNMENT)
-    if entry_name is not None:
-        for gid, edits in _entry(entry_name).edits.items():
-            for e in edits:
-                answers[gid] = (e.code.strip("\n") if isinstance(e, bank.Replace)
-                                else answers[gid].replace(e.old, e.new))
-    return answers
+    entry = None if entry_name is None else next(e for e in bank.load(ASSIGNMENT) if e.name == entry_name)
+    return bank.answers(entry, ASSIGNMENT)
 
 
 def verdict(check: str, entry_name: str | None) -> str:
