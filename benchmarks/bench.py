@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 from course import bank, grading
-from course.profile import floor_seconds
+from course.profile import floor_parts
 from course.paths import assignments, repo_root
 from course.reference import load
 
@@ -275,16 +275,59 @@ def grading_rows():
     return whole.setup_seconds, rows, whole
 
 
-def throughput_rows(class_size: int, assignment: str = "01_attention"):
-    """Students per minute grading a class of reference submissions with 1 and 2 workers."""
+def measure_floor(repeats: int = 3):
+    """(floor, its graceful-shutdown share): medians of `repeats` measurements (course.profile)."""
+    parts = [floor_parts() for _ in range(repeats)]
+    return (statistics.median(sum(p.values()) for p in parts), statistics.median(p["shutdown"] for p in parts))
+
+
+def class_rows(class_size: int, workers: int):
+    """A class of `class_size` reference students, whole course, graded as a class is: the
+    students split round-robin into `workers` course folders (every assignment generated once
+    per folder: setup, not timed), then one `nbgrader autograde "*"` per folder, all folders at
+    once. Returns (seconds, every cell full marks)."""
+    from concurrent.futures import ThreadPoolExecutor
     root = repo_root()
-    subs = {f"student{i:02d}": bank.reference_submission(assignment, root) for i in range(class_size)}
-    rows = []
-    for workers in (1, 2):
-        with tempfile.TemporaryDirectory() as tmp:
-            run = grading.grade_class(assignment, subs, Path(tmp), root, workers=workers)
-            rows.append((workers, run.seconds, 60 * class_size / run.seconds))
-    return rows
+    ids = assignments(root)
+    notebooks = {a: bank.reference_submission(a, root) for a in ids}
+    students = [f"s{i:03d}" for i in range(class_size)]
+    groups = [students[i::workers] for i in range(workers)]
+    with tempfile.TemporaryDirectory(prefix="course-class-") as tmp:
+        spaces = []
+        for i, group in enumerate(groups):
+            ws = grading.Workspace(Path(tmp) / f"worker{i}", root, ids)
+            for a in ids:
+                ws.generate(a)
+                for s in group:
+                    ws.submit(s, a, notebooks[a])
+            spaces.append((ws, group))
+        t = time.perf_counter()
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda wg: wg[0].autograde("*"), spaces))
+        seconds = time.perf_counter() - t
+        full = all(r.error is None and r.auto_cells and all(c.full for c in r.auto_cells.values())
+                   for ws, group in spaces for a in ids for r in ws.results(a, group).values())
+    return seconds, full
+
+
+def print_class_rows(floor: float, whole_seconds: float, class_size: int, project: int):
+    """The issue's class targets, side by side with the floor of the same run: the marginal cost
+    of one more student (one worker: a class of `class_size` in one nbgrader run against one
+    student alone) and the throughput of 2 workers on the whole course."""
+    n = len(assignments(repo_root()))
+    seconds1, full1 = class_rows(class_size, 1)
+    marginal = (seconds1 - whole_seconds) / (class_size - 1)
+    print(f"class of {class_size}, whole course, 1 worker (one nbgrader run): {seconds1:.1f} s; marginal cost per "
+          f"extra student {marginal:.1f} s = {marginal / (n * floor):.2f}x the floor of {n} "
+          f"(target: at most 1.5x){'' if full1 else '  NOT FULL MARKS'}")
+    size2 = 2 * class_size
+    seconds2, full2 = class_rows(size2, 2)
+    per_minute = 60 * size2 / seconds2
+    print(f"class of {size2}, whole course, 2 workers on {os.cpu_count()} cores: {seconds2:.1f} s = "
+          f"{per_minute:.2f} students/minute (target: at least 3; the floor alone allows "
+          f"{60 * 2 / (n * floor):.2f}){'' if full2 else '  NOT FULL MARKS'}")
+    print(f"projection for {project} students at this rate: {project / per_minute / 60:.1f} h on 2 workers, "
+          f"{project / per_minute / 60 / 8:.1f} h on 16 (workers scale linearly on separate cores)")
 
 
 def scale_rows(class_size: int, dask_workers: int = 2):
@@ -407,7 +450,8 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-grading", action="store_true")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--class-size", type=int, default=6, help="students for the throughput rows")
+    p.add_argument("--class-size", type=int, default=3,
+                   help="students of the 1-worker class row (the 2-worker row grades twice as many)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch threads for the module and GPT tables (default: torch's own choice)")
     p.add_argument("--gpt", action="store_true",
@@ -457,10 +501,16 @@ def main(argv=None):
         print_gpt(ns, device, args.quick, 5 if args.quick else 7)
     if args.no_grading:
         return 0
-    floor = floor_seconds()
-    print(f"\nfloor (kernel start + imports of torch, numpy, matplotlib, seaborn, transformers): {floor:.1f} s")
+    floor, shutdown = measure_floor()
+    print(f"\nfloor (kernel start + imports of torch, numpy, matplotlib, seaborn, transformers, as stock "
+          f"nbclient runs it; median of 3): {floor:.1f} s, of which {shutdown:.1f} s is the kernel's graceful "
+          "shutdown (graded kernels are killed instead)")
     for a, seconds in execution_rows():
         print(f"execute   {a:<28}{seconds:>7.1f} s  ({seconds / floor:.1f}x floor)")
+    # The machine's speed drifts over a run of many minutes: each ratio below is taken against the
+    # floor measured right before its row, not the one of the start.
+    floor, _ = measure_floor()
+    print(f"floor again, right before the grading rows (their ratios use it): {floor:.1f} s")
     setup, rows, whole = grading_rows()
     print(f"course setup, once: generate_assignment of all {len(rows)} notebooks: {setup:.1f} s")
     for a, seconds, ok in rows:
@@ -470,11 +520,9 @@ def main(argv=None):
     print(f"autograde one whole student ({len(rows)} notebooks, one nbgrader run): {whole.seconds:.1f} s = "
           f"{whole.seconds / (len(rows) * floor):.2f}x the floor of {len(rows)} kernel starts with imports "
           f"(target: at most 2x){'' if full else '  NOT FULL MARKS'}")
-    rows = throughput_rows(args.class_size)
-    for workers, seconds, per_minute in rows:
-        print(f"class of {args.class_size} (01_attention), {workers} worker(s): {seconds:.1f} s, "
-              f"{per_minute:.1f} students/minute")
-    print(f"speed-up with 2 workers: {rows[0][1] / rows[1][1]:.2f}x")
+    floor, _ = measure_floor()
+    print(f"floor again, right before the class rows (their ratios use it): {floor:.1f} s")
+    print_class_rows(floor, whole.seconds, args.class_size, args.project)
     return 0
 
 
