@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 from course import bank, grading
-from course.profile import floor_parts
+from course.profile import measure_floor
 from course.paths import assignments, repo_root
 from course.reference import load
 
@@ -273,12 +273,6 @@ def grading_rows():
             res = ws.results(a, ["single"])["single"]
             rows.append((a, seconds, res.error is None and all(c.full for c in res.auto_cells.values())))
     return whole.setup_seconds, rows, whole
-
-
-def measure_floor(repeats: int = 3):
-    """(floor, its graceful-shutdown share): medians of `repeats` measurements (course.profile)."""
-    parts = [floor_parts() for _ in range(repeats)]
-    return (statistics.median(sum(p.values()) for p in parts), statistics.median(p["shutdown"] for p in parts))
 
 
 def class_rows(class_size: int, workers: int):

@@ -40,10 +40,11 @@ def floor_parts() -> dict:
     return {"start and imports": started - t, "shutdown": time.perf_counter() - started}
 
 
-def floor_seconds(repeats: int = 1) -> float:
-    """The floor (see floor_parts), the median of `repeats` measurements."""
+def measure_floor(repeats: int = 3) -> tuple[float, float]:
+    """(floor, its graceful-shutdown share): the medians of `repeats` floor_parts measurements."""
     import statistics
-    return statistics.median(sum(floor_parts().values()) for _ in range(repeats))
+    parts = [floor_parts() for _ in range(repeats)]
+    return (statistics.median(sum(p.values()) for p in parts), statistics.median(p["shutdown"] for p in parts))
 
 
 def read(profile_dir: Path) -> list[dict]:
@@ -110,7 +111,7 @@ def profile_reference(ids: list[str] | None = None, root: Path | None = None) ->
 def command(args) -> int:
     from .isolation import mode
     print(f"kernel isolation: {mode()}", flush=True)
-    floor = floor_seconds(repeats=3)
+    floor, _ = measure_floor(3)
     print(f"floor: a kernel that starts and imports torch, numpy, matplotlib, seaborn, transformers, as stock "
           f"nbclient runs it (median of 3, as `course bench` measures it): {floor:.1f} s", flush=True)
     total = 0.0
