@@ -47,7 +47,11 @@ INSTALL_BWRAP = ("install bubblewrap: `sudo apt-get install -y bubblewrap` (Debi
 def mode() -> str:
     """One line saying which isolation graded kernels get on this machine."""
     if bwrap_works():
-        return "bubblewrap sandbox (no network, solutions and gradebook hidden) + resource limits"
+        start = ("one fresh interpreter per notebook (COURSE_KERNEL_START=fresh)"
+                 if os.environ.get("COURSE_KERNEL_START", "zygote") == "fresh" else
+                 "each kernel forked in namespaces of its own from a per-grader zygote with torch "
+                 "imported (course/zygote.py)")
+        return f"bubblewrap sandbox (no network, solutions and gradebook hidden) + resource limits; {start}"
     if sys.platform.startswith("linux"):
         why = "installed but unusable here" if shutil.which("bwrap") else "not installed"
         return (f"NOT SANDBOXED: resource limits only (bubblewrap {why}: student code can read the "
@@ -105,10 +109,15 @@ def course_checkouts() -> list[Path]:
     return roots
 
 
-def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path) -> list[str]:
-    course_root = course_root_of(own_dir)
+def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path, course_root: Path | None = None,
+                  host_proc: bool = False) -> list[str]:
+    """The bubblewrap command line of a graded kernel (or, with `host_proc`, of the fork server
+    of course/zygote.py, whose forks mount a /proc of their own: the kernel only allows that where
+    a complete /proc is already visible, and bubblewrap's own /proc has covered parts)."""
+    course_root = course_root or course_root_of(own_dir)
+    proc = ["--bind", "/proc", "/proc"] if host_proc else ["--proc", "/proc"]
     args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-pid",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+            "--ro-bind", "/", "/", "--dev", "/dev", *proc, "--tmpfs", "/tmp"]
     # The private /tmp would also hide a Python installation that lives there (CI builds its
     # virtual environment under mktemp -d): bind the interpreter's folders back, read-only.
     for folder in python_folders_under("/tmp"):
@@ -157,6 +166,13 @@ def launch(argv: list[str]) -> None:
     # then shows the plots).
     if os.environ.get("COURSE_GRADING_FIGURES", "") in ("", "0"):
         os.environ["MPLBACKEND"] = "agg"
+    zygote = os.environ.pop("COURSE_ZYGOTE_SOCKET", "")
+    if zygote and os.path.exists(zygote):
+        from .zygote import run_kernel
+        try:
+            sys.exit(run_kernel(zygote, own_dir, ipc_dir, cmd, dict(os.environ)))
+        except ConnectionError:  # the zygote is gone: start this kernel the old way
+            pass
     if bwrap_works():
         cmd = bwrap_command(cmd, own_dir, ipc_dir)
     _set_limits()

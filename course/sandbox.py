@@ -20,10 +20,12 @@ resource limits: `mode()` says which protection is active, and `course grade` pr
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
@@ -36,13 +38,71 @@ from .isolation import (CPU_SECONDS, FILE_BYTES, HIDDEN, MEMORY_BYTES, SandboxMi
                         course_root_of, launch, mode, python_folders_under, require_sandbox)
 
 
+def kernel_start() -> str:
+    """How graded kernels start: "zygote" (forked from a per-grader server that has torch and the
+    rest imported, course/zygote.py) or "fresh" (one new interpreter in its own bubblewrap per
+    notebook). $COURSE_KERNEL_START picks; the zygote is the default where it can run."""
+    return "fresh" if os.environ.get("COURSE_KERNEL_START", "zygote") == "fresh" else "zygote"
+
+
+_ZYGOTES: dict = {}            # course root -> Zygote, or the reason it cannot run
+_ZYGOTE_LOCK = threading.Lock()
+_KERNELS_ROOT: Path | None = None
+
+
+def _kernels_root() -> Path:
+    """This grader's folder of kernel socket folders (the zygote hides all but a fork's own)."""
+    global _KERNELS_ROOT
+    if _KERNELS_ROOT is None or not _KERNELS_ROOT.is_dir():
+        _KERNELS_ROOT = Path(tempfile.mkdtemp(prefix="course-kernels-"))
+        atexit.register(shutil.rmtree, _KERNELS_ROOT, True)
+    return _KERNELS_ROOT
+
+
+def zygote_for(course_root: Path):
+    """The running fork server for this course, started on first use; None where it cannot run
+    (the reason is logged once, and kernels start the fresh way)."""
+    from .zygote import Zygote, ZygoteUnavailable
+    key = str(course_root.resolve())
+    with _ZYGOTE_LOCK:
+        z = _ZYGOTES.get(key)
+        if isinstance(z, Zygote) and z.alive():
+            return z
+        if isinstance(z, str):
+            return None
+        try:
+            z = Zygote(course_root.resolve(), _kernels_root())
+        except (ZygoteUnavailable, OSError) as e:
+            import logging
+            logging.getLogger("course.sandbox").warning("kernel start-up: one bubblewrap per notebook (%s)", e)
+            _ZYGOTES[key] = str(e)
+            return None
+        atexit.register(z.stop)
+        _ZYGOTES[key] = z
+        return z
+
+
+def stop_zygotes() -> None:
+    with _ZYGOTE_LOCK:
+        for z in _ZYGOTES.values():
+            if not isinstance(z, str):
+                z.stop()
+        _ZYGOTES.clear()
+
+
 class SandboxedKernelManager(AsyncKernelManager):
-    """Starts the kernel through `course.isolation`, talking over Unix sockets."""
+    """Starts the kernel through `course.isolation`, talking over Unix sockets, forked from the
+    course's zygote when it runs (course/zygote.py)."""
 
     def __init__(self, **kwargs):
-        self._ipc_dir = Path(tempfile.mkdtemp(prefix="course-kernel-"))
+        self._zygote = kernel_start() == "zygote" and bwrap_works()
+        parent = str(_kernels_root()) if self._zygote else None
+        self._ipc_dir = Path(tempfile.mkdtemp(prefix="kernel-", dir=parent))
         kwargs.setdefault("transport", "ipc")
         kwargs.setdefault("ip", str(self._ipc_dir / "k"))
+        # The connection file (with the kernel's signing key) lives next to its sockets, which only
+        # this kernel can see, instead of the shared Jupyter runtime folder.
+        kwargs.setdefault("connection_file", str(self._ipc_dir / "kernel.json"))
         super().__init__(**kwargs)
 
     @property
@@ -56,6 +116,10 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         own_dir = Path(kw.get("cwd") or os.getcwd()).resolve()
+        if self._zygote and kernel_cmd[1:3] == ["-m", "ipykernel_launcher"]:
+            z = zygote_for(course_root_of(own_dir))
+            if z is not None:
+                kw["env"] = {**(kw.get("env") or os.environ), "COURSE_ZYGOTE_SOCKET": z.socket}
         wrapped = [sys.executable, "-m", "course.isolation", str(own_dir), str(self._ipc_dir), "--",
                    *kernel_cmd]
         return await super()._async_launch_kernel(wrapped, **kw)

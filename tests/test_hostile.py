@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -228,3 +229,160 @@ def test_sandbox_keeps_a_python_under_tmp_and_hides_the_checkout(tmp_path, monke
         assert str(tmp_path / "autograded") in tmpfs and str(own) in tmpfs
     finally:
         venv.rmdir()
+
+
+# ----------------------------------------------------------------------------------------------
+# One student against the next. A grader process grades its students one after another, each
+# notebook in a kernel forked from the same zygote (course/zygote.py) where bubblewrap runs.
+# Writers leave the right quiz answers everywhere a later kernel might look and start a daemon
+# that keeps leaving them; readers answer with whatever they find. No reader may score, and no
+# daemon may outlive its kernel.
+
+MARKER = "course-hostile-daemon-7f3a"
+PLACES = '["/tmp", "/dev/shm", "/var/tmp", "/run", ".", "..", "../..", "../../..", os.path.expanduser("~")]'
+LEAVE = r'''
+import json, os, sys
+mine = {"answer_q1": answer_q1, "answer_q2": answer_q2, "answer_q3": answer_q3}
+for place in PLACES:
+    try:
+        with open(os.path.join(place, "leaked-answers.json"), "w") as f:
+            json.dump(mine, f)
+    except OSError:
+        pass
+daemon = f"""
+import json, os, time
+os.setsid()
+for _ in range(3000):
+    for place in {PLACES}:
+        try:
+            with open(os.path.join(place, "leaked-answers.json"), "w") as f:
+                json.dump({mine!r}, f)
+        except OSError:
+            pass
+    time.sleep(0.2)
+"""
+if os.fork() == 0:  # a daemon in a session of its own, detached from the kernel
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", daemon, "MARKER"])
+    os._exit(0)
+answer_q1 = answer_q2 = answer_q3 = "z"
+'''.replace("PLACES", PLACES, 1).replace("{PLACES}", PLACES).replace("MARKER", MARKER)
+READ = r'''
+import glob, json, os, socket
+found = {}
+for place in PLACES:
+    try:
+        with open(os.path.join(place, "leaked-answers.json")) as f:
+            found.update(json.load(f))
+    except (OSError, ValueError):
+        pass
+# another kernel's sockets or the zygote's: any Unix socket outside our own folder
+from ipykernel.connect import get_connection_file
+own = os.path.dirname(get_connection_file())
+others = [p for p in glob.glob("/tmp/**/*", recursive=True) if not p.startswith(own) and os.path.exists(p)
+          and not os.path.isdir(p) and os.stat(p).st_mode & 0o170000 == 0o140000]
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+print("found", sorted(found), "sockets", others, "processes", len(pids))
+answer_q1 = found.get("answer_q1", "z") if not others and len(pids) < 10 else "d"
+answer_q2 = found.get("answer_q2", "z") if not others and len(pids) < 10 else "c"
+answer_q3 = found.get("answer_q3", "z") if not others and len(pids) < 10 else "b"
+'''.replace("PLACES", PLACES, 1)
+CROSS = {"a_writer": notebook(answers=lambda t: t + "\n" + LEAVE), "b_reader": notebook(answers=READ),
+         "c_writer": notebook(answers=lambda t: t + "\n" + LEAVE), "d_reader": notebook(answers=READ)}
+
+
+def _marked_processes() -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if MARKER.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def cross_run(tmp_path_factory):
+    return grading.grade_class(A, CROSS, tmp_path_factory.mktemp("cross"), ROOT, workers=1,
+                               extra_config="c.Execute.timeout = 60\n")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sandbox.bwrap_works(), reason="needs bubblewrap: without it kernels share /tmp by design")
+def test_one_student_cannot_reach_the_next(cross_run):
+    for name, res in cross_run.results.items():
+        assert res.error is None, f"{name} was not graded: {res.error}"
+        stolen = {g: c.score for g, c in res.auto_cells.items() if g in QUIZ and c.score}
+        assert not stolen, f"{name} scored quiz cells with another student's answers or sockets: {stolen}"
+        honest = set(ALL) - QUIZ
+        assert all(res.cells[g].full for g in honest), f"{name}: honest parts lost points"
+        if name.endswith("reader"):  # the probe ran to its end (a crash would also score 0)
+            graded = cross_run.roots[name] / "autograded" / name / A / f"{A}.ipynb"
+            text = "".join(o.get("text", "") for c in nbformat.read(graded, 4).cells if c.cell_type == "code"
+                           for o in c.get("outputs", []))
+            assert "found [] sockets [] processes" in text, f"{name}'s probe did not finish: {text[-500:]}"
+    assert not _marked_processes(), "a submission's daemon outlived its kernel"
+
+
+def test_zygote_fork_is_isolated(tmp_path):
+    """A kernel forked from the zygote: PID 1's child in its own PID namespace, its own /proc and
+    /tmp, no other kernel's sockets, locked mounts, no network, fresh random seeds."""
+    if not sandbox.bwrap_works():
+        pytest.skip("the zygote needs bubblewrap (apt-get install bubblewrap)")
+    import nbformat.v4 as v4
+    from nbclient import NotebookClient
+    probe = r'''
+import ctypes, glob, json, os, random, socket, numpy
+libc = ctypes.CDLL(None, use_errno=True)
+result = {
+    "pid": os.getpid(),
+    "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "kernels": glob.glob("/tmp/course-kernels-*/*"),
+    "umount_proc": libc.umount2(b"/proc", 2),
+    "umount_tmp": libc.umount2(b"/tmp", 2),
+    "random": [random.random(), float(numpy.random.rand())],
+    "cwd": os.listdir("."),
+    "torch_loaded": "torch" in __import__("sys").modules,
+}
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2)
+    result["network"] = True
+except OSError:
+    result["network"] = False
+print(json.dumps(result))
+'''
+    outs = []
+    for _ in range(2):
+        nb = v4.new_notebook(cells=[v4.new_code_cell(probe)])
+        own = tmp_path / "autograded" / "s" / "a"
+        own.mkdir(parents=True, exist_ok=True)
+        NotebookClient(nb, kernel_manager_class=sandbox.SandboxedKernelManager, timeout=120,
+                       shutdown_kernel="immediate").execute(cwd=str(own))
+        outs.append(json.loads(nb.cells[0].outputs[0]["text"]))
+    for r in outs:
+        assert r["torch_loaded"], "the kernel was not forked from the zygote (torch not preloaded)"
+        assert r["pids"] == [1, r["pid"]] and r["pid"] == 2, f"other processes visible: {r['pids']}"
+        assert r["umount_proc"] != 0 and r["umount_tmp"] != 0, "a fork could unmount its private mounts"
+        assert not r["network"]
+        assert r["cwd"] == []
+        assert len(r["kernels"]) == 1, f"other kernels' socket folders visible: {r['kernels']}"
+    assert outs[0]["random"] != outs[1]["random"], "two forks share the zygote's random state"
+
+
+def test_fresh_kernel_start_when_asked(tmp_path, monkeypatch):
+    """COURSE_KERNEL_START=fresh (and the fallback where the zygote cannot run) starts a new
+    interpreter in its own bubblewrap: nothing preloaded, still alone in its PID namespace."""
+    if not sandbox.bwrap_works():
+        pytest.skip("needs bubblewrap (apt-get install bubblewrap)")
+    import nbformat.v4 as v4
+    from nbclient import NotebookClient
+    monkeypatch.setenv("COURSE_KERNEL_START", "fresh")
+    assert "fresh interpreter" in sandbox.mode()
+    nb = v4.new_notebook(cells=[v4.new_code_cell(
+        "import json, os, sys\nprint(json.dumps(['torch' in sys.modules, len([p for p in os.listdir('/proc') if p.isdigit()])]))")])
+    NotebookClient(nb, kernel_manager_class=sandbox.SandboxedKernelManager, timeout=120,
+                   shutdown_kernel="immediate").execute(cwd=str(tmp_path))
+    preloaded, processes = json.loads(nb.cells[0].outputs[0]["text"])
+    assert not preloaded and processes <= 3
