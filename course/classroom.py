@@ -136,28 +136,30 @@ def grade_command(args) -> int:
         import tempfile
         profile_dir = Path(tempfile.mkdtemp(prefix="course-profile-"))
         os.environ["COURSE_PROFILE_DIR"] = str(profile_dir)
-    t0 = time.perf_counter()
-    if use_dask:
-        from .distributed import DaskGrader
-        if scheduler and not _loopback(scheduler) and _loopback_db(url):
-            print(f"WARNING: the gradebook {db.redact(url)} listens on this machine only; workers on "
-                  "other machines cannot reach it (course db start --host ADDRESS, or --db URL)")
-        with DaskGrader(scheduler, workers=max(1, args.workers)) as grader:
-            grader.wait_for_workers(1)
-            print(f"dask scheduler {grader.address} with {grader.n_workers()} workers")
-            grader.run(course_dir, pairs, url, timeout=timeout, on_done=progress,
-                       allow_unsandboxed=allow)
-        how = f"a Dask cluster ({scheduler or f'LocalCluster of {args.workers}'})"
-    elif args.workers > 1:
-        from .distributed import run_local
-        run_local(course_dir, pairs, url, workers=args.workers, timeout=timeout, on_done=progress)
-        how = f"{args.workers} local workers"
-    else:
-        for i, student in enumerate(students, 1):
-            proc, seconds = grading.timed(ws.autograde, args.assignment, student, timeout)
-            status = "ok" if proc.returncode == 0 else f"nbgrader exit {proc.returncode}"
-            print(f"  [{i}/{len(students)}] {student}: {seconds:.1f} s ({status})", flush=True)
-        how = "1 worker"
+    from .sandbox import share_zygote
+    with share_zygote(course_dir):   # every nbgrader started here forks its kernels from one zygote
+        t0 = time.perf_counter()
+        if use_dask:
+            from .distributed import DaskGrader
+            if scheduler and not _loopback(scheduler) and _loopback_db(url):
+                print(f"WARNING: the gradebook {db.redact(url)} listens on this machine only; workers on "
+                      "other machines cannot reach it (course db start --host ADDRESS, or --db URL)")
+            with DaskGrader(scheduler, workers=max(1, args.workers)) as grader:
+                grader.wait_for_workers(1)
+                print(f"dask scheduler {grader.address} with {grader.n_workers()} workers")
+                grader.run(course_dir, pairs, url, timeout=timeout, on_done=progress,
+                           allow_unsandboxed=allow)
+            how = f"a Dask cluster ({scheduler or f'LocalCluster of {args.workers}'})"
+        elif args.workers > 1:
+            from .distributed import run_local
+            run_local(course_dir, pairs, url, workers=args.workers, timeout=timeout, on_done=progress)
+            how = f"{args.workers} local workers"
+        else:
+            for i, student in enumerate(students, 1):
+                proc, seconds = grading.timed(ws.autograde, args.assignment, student, timeout)
+                status = "ok" if proc.returncode == 0 else f"nbgrader exit {proc.returncode}"
+                print(f"  [{i}/{len(students)}] {student}: {seconds:.1f} s ({status})", flush=True)
+            how = "1 worker"
     seconds = time.perf_counter() - t0
     if students:
         print(f"  {len(students)} students in {seconds:.1f} s with {how} "

@@ -228,7 +228,12 @@ def _free_port(host: str) -> int:
 
 
 def _port_free(host: str, port: int) -> bool:
+    """Whether PostgreSQL could listen on the port now. Like PostgreSQL, bind with SO_REUSEADDR:
+    a closed connection of the last run lingering in TIME_WAIT (a client that was still connected
+    when the server stopped) does not keep the server from its port, so it must not make a restart
+    move the gradebook to another port (found flaky on a loaded machine)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host if host not in ("0.0.0.0", "*") else "127.0.0.1", port))
             return True

@@ -148,7 +148,11 @@ def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path, course_root: Pat
 
 
 def _set_limits() -> None:
-    for res, value in [(resource.RLIMIT_AS, MEMORY_BYTES), (resource.RLIMIT_CPU, CPU_SECONDS),
+    """The kernel's limits, read from the environment now (a kernel forked from the zygote has
+    the environment of its own launch, not the one this module was imported with)."""
+    memory = int(float(os.environ.get("COURSE_KERNEL_MEMORY_GB", "6")) * 1024 ** 3)
+    cpu = int(os.environ.get("COURSE_KERNEL_CPU_SECONDS", "900"))
+    for res, value in [(resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
                        (resource.RLIMIT_FSIZE, FILE_BYTES), (resource.RLIMIT_CORE, 0)]:
         try:
             resource.setrlimit(res, (value, value))

@@ -53,12 +53,17 @@ def read(profile_dir: Path) -> list[dict]:
 
 
 def breakdown(record: dict, wall: float | None = None) -> dict:
-    """Seconds by kind of cell, the kernel start, and nbgrader's own share of `wall`."""
+    """Seconds by kind of cell, the kernel start, and nbgrader's own share of `wall`. A notebook
+    whose kernel was the first of its grader also carries the zygote's start (course/zygote.py:
+    once per grader process, not per notebook)."""
     by_kind: dict[str, float] = defaultdict(float)
     for c in record["cells"]:
         by_kind[c["kind"]] += c["seconds"]
     cells = sum(by_kind.values())
-    out = {"kernel start and shutdown": max(0.0, record["execute_seconds"] - cells), **by_kind}
+    zygote = record.get("zygote_start_seconds", 0.0)
+    out = {"kernel start and shutdown": max(0.0, record["execute_seconds"] - cells - zygote), **by_kind}
+    if zygote:
+        out["zygote start (once per grader)"] = zygote
     if wall is not None:
         out["nbgrader's own steps"] = max(0.0, wall - record["execute_seconds"])
     return out
@@ -80,8 +85,10 @@ def render(record: dict, wall: float | None, floor: float | None, top: int = 6) 
 
 
 def profile_reference(ids: list[str] | None = None, root: Path | None = None) -> list[tuple[dict, float]]:
-    """Grade the reference solutions of each notebook (one nbgrader run each, as for a student)
-    in a scratch course with cell timing on; returns [(record, nbgrader wall seconds)]."""
+    """Grade the reference solutions of the notebooks in one nbgrader run, as a whole student is
+    graded (one zygote start for all of them), in a scratch course with cell timing on; returns
+    [(record, wall seconds)]. With several notebooks, nbgrader's own steps (the run's time outside
+    the kernels) are split evenly among them."""
     root = root or repo_root()
     ids = ids or assignments(root)
     out = []
@@ -95,16 +102,16 @@ def profile_reference(ids: list[str] | None = None, root: Path | None = None) ->
         old = os.environ.get("COURSE_PROFILE_DIR")
         os.environ["COURSE_PROFILE_DIR"] = str(prof)
         try:
-            for a in ids:
-                _, wall = grading.timed(ws.autograde, a, "reference")
-                records = [r for r in read(prof) if r["assignment"] == a]
-                if records:
-                    out.append((records[-1], wall))
+            _, wall = grading.timed(ws.autograde, ids[0] if len(ids) == 1 else "*", "reference")
         finally:
             if old is None:
                 os.environ.pop("COURSE_PROFILE_DIR", None)
             else:
                 os.environ["COURSE_PROFILE_DIR"] = old
+        records = {r["assignment"]: r for r in read(prof)}
+        found = [records[a] for a in ids if a in records]
+        steps = max(0.0, wall - sum(r["execute_seconds"] for r in found)) / max(1, len(found))
+        out = [(r, r["execute_seconds"] + steps) for r in found]
     return out
 
 
@@ -119,6 +126,6 @@ def command(args) -> int:
         total += wall
         print(render(record, wall, floor), flush=True)
     n = len(args.assignments or assignments(repo_root()))
-    print(f"all {n} notebooks: {total:.1f} s = {total / (n * floor):.2f}x the floor of {n} notebooks "
+    print(f"all {n} notebooks in one nbgrader run: {total:.1f} s = {total / (n * floor):.2f}x the floor of {n} notebooks "
           f"({n * floor:.1f} s)")
     return 0

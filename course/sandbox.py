@@ -21,6 +21,7 @@ resource limits: `mode()` says which protection is active, and `course grade` pr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import sys
@@ -45,14 +46,64 @@ def kernel_start() -> str:
     return "fresh" if os.environ.get("COURSE_KERNEL_START", "zygote") == "fresh" else "zygote"
 
 
+ZYGOTE_SOCKET_ENV, ZYGOTE_ROOT_ENV = "COURSE_ZYGOTE_SOCKET", "COURSE_ZYGOTE_ROOT"
 _ZYGOTES: dict = {}            # course root -> Zygote, or the reason it cannot run
 _ZYGOTE_LOCK = threading.Lock()
 _KERNELS_ROOT: Path | None = None
+_ZYGOTE_SECONDS = [0.0]        # time spent starting zygotes in this process (course profile)
+
+
+class _Shared:
+    """A zygote started by the parent process (`course grade`), named by $COURSE_ZYGOTE_SOCKET."""
+
+    def __init__(self, socket_path: str):
+        self.socket = socket_path
+
+    def alive(self) -> bool:
+        return os.path.exists(self.socket)
+
+
+def _shared_zygote(course_root: Path):
+    """The zygote of the `course grade` that started this nbgrader, if it serves this very course
+    (its sandbox hides this course's solutions and submissions, not another folder's)."""
+    sock, root = os.environ.get(ZYGOTE_SOCKET_ENV), os.environ.get(ZYGOTE_ROOT_ENV)
+    if sock and root and os.path.exists(sock) and root == str(course_root.resolve()):
+        return _Shared(sock)
+    return None
+
+
+@contextlib.contextmanager
+def share_zygote(course_root: Path):
+    """Start this course's zygote here and hand it to the nbgrader processes started inside the
+    block (`course grade` runs one per student): one zygote start for the class, not one each."""
+    saved = {k: os.environ.get(k) for k in (ZYGOTE_SOCKET_ENV, ZYGOTE_ROOT_ENV)}
+    for k in saved:  # not a zygote of an enclosing grader's: this course's own
+        os.environ.pop(k, None)
+    started = str(course_root.resolve()) not in _ZYGOTES
+    z = zygote_for(course_root) if kernel_start() == "zygote" and bwrap_works() else None
+    if z is not None:
+        os.environ[ZYGOTE_SOCKET_ENV] = z.socket
+        os.environ[ZYGOTE_ROOT_ENV] = str(course_root.resolve())
+    try:
+        yield z
+    finally:
+        if z is not None and started:
+            with _ZYGOTE_LOCK:
+                _ZYGOTES.pop(str(course_root.resolve()), None)
+            z.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _kernels_root() -> Path:
-    """This grader's folder of kernel socket folders (the zygote hides all but a fork's own)."""
+    """This grader's folder of kernel socket folders (the zygote hides all but a fork's own);
+    a shared zygote's, when this process uses one."""
     global _KERNELS_ROOT
+    if os.environ.get(ZYGOTE_SOCKET_ENV) and os.path.exists(os.environ[ZYGOTE_SOCKET_ENV]):
+        return Path(os.environ[ZYGOTE_SOCKET_ENV]).parent
     if _KERNELS_ROOT is None or not _KERNELS_ROOT.is_dir():
         _KERNELS_ROOT = Path(tempfile.mkdtemp(prefix="course-kernels-"))
         atexit.register(shutil.rmtree, _KERNELS_ROOT, True)
@@ -63,6 +114,9 @@ def zygote_for(course_root: Path):
     """The running fork server for this course, started on first use; None where it cannot run
     (the reason is logged once, and kernels start the fresh way)."""
     from .zygote import Zygote, ZygoteUnavailable
+    shared = _shared_zygote(course_root)
+    if shared is not None:
+        return shared
     key = str(course_root.resolve())
     with _ZYGOTE_LOCK:
         z = _ZYGOTES.get(key)
@@ -70,8 +124,15 @@ def zygote_for(course_root: Path):
             return z
         if isinstance(z, str):
             return None
+        # One zygote per process at a time (each holds torch & co., some 400 MB): a process that
+        # moves on to another course folder (the test suite, a benchmark) stops the previous one.
+        for other in [k for k, v in _ZYGOTES.items() if not isinstance(v, str)]:
+            _ZYGOTES.pop(other).stop()
+        import time
+        t0 = time.perf_counter()
         try:
             z = Zygote(course_root.resolve(), _kernels_root())
+            _ZYGOTE_SECONDS[0] += time.perf_counter() - t0
         except (ZygoteUnavailable, OSError) as e:
             import logging
             logging.getLogger("course.sandbox").warning("kernel start-up: one bubblewrap per notebook (%s)", e)
@@ -116,10 +177,13 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         own_dir = Path(kw.get("cwd") or os.getcwd()).resolve()
+        env = {k: v for k, v in (kw.get("env") or os.environ).items()
+               if k not in (ZYGOTE_SOCKET_ENV, ZYGOTE_ROOT_ENV)}
         if self._zygote and kernel_cmd[1:3] == ["-m", "ipykernel_launcher"]:
             z = zygote_for(course_root_of(own_dir))
             if z is not None:
-                kw["env"] = {**(kw.get("env") or os.environ), "COURSE_ZYGOTE_SOCKET": z.socket}
+                env[ZYGOTE_SOCKET_ENV] = z.socket
+        kw["env"] = env
         wrapped = [sys.executable, "-m", "course.isolation", str(own_dir), str(self._ipc_dir), "--",
                    *kernel_cmd]
         return await super()._async_launch_kernel(wrapped, **kw)
@@ -183,13 +247,14 @@ class SandboxedExecute(Execute):
         import json
         import time
         self._cell_seconds = []
-        t0 = time.perf_counter()
+        t0, z0 = time.perf_counter(), _ZYGOTE_SECONDS[0]
         out = super().preprocess(nb, resources, km)
         total = time.perf_counter() - t0
         from . import cells as C
         meta = (resources or {}).get("nbgrader", {})
         record = {"assignment": meta.get("assignment"), "student": meta.get("student"),
                   "notebook": meta.get("notebook"), "execute_seconds": round(total, 3),
+                  "zygote_start_seconds": round(_ZYGOTE_SECONDS[0] - z0, 3),
                   "cells": [{"index": i, "grade_id": C.grade_id(nb.cells[i]), "kind": _kind(nb.cells[i]),
                              "seconds": round(sec, 3), "first_line": _first_line(nb.cells[i].source)}
                             for i, sec in self._cell_seconds]}

@@ -52,7 +52,7 @@ PRELOAD = ["numpy", "torch", "torch._dynamo", "matplotlib", "matplotlib.pyplot",
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG = 1
 
 
@@ -119,13 +119,26 @@ def _set_pdeathsig() -> None:
 
 def _private_mounts(own_dir: Path, ipc_dir: Path, kernels_root: Path) -> None:
     """In new user and mount namespaces: private writable places, only our own socket folder."""
+    from .isolation import python_folders_under
     keep = os.open(ipc_dir, os.O_RDONLY | os.O_DIRECTORY)
+    # The interpreter may live under /tmp (CI builds its virtual environment there): keep a handle
+    # on its folders, to bind them back, read-only, over the private /tmp.
+    pythons = [(p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p in python_folders_under("/tmp")]
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     fresh = []
     for place in ["/tmp", "/dev/shm", str(kernels_root)]:
         if os.path.isdir(place):
             _tmpfs(place)
             fresh.append(Path(place))
+    for path, fd in pythons:
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
+        try:  # a bind of the sandbox's read-only bind stays read-only; make sure of it
+            _mount(None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        except OSError:
+            if not os.statvfs(path).f_flag & os.ST_RDONLY:
+                raise
+        os.close(fd)
     # The working folder is an empty scratch folder (the real one holds the hidden tests). In the
     # zygote's sandbox it usually lies in a hidden (tmpfs) folder shared by all forks, such as
     # autograded/: cover its nearest existing ancestor with a private tmpfs first.
@@ -166,6 +179,23 @@ def _kernel(request: dict) -> None:
     IPKernelApp.launch_instance()
 
 
+def _fork_sees_what_a_kernel_needs(request: dict) -> bool:
+    """The zygote's start-up check, run in an isolated fork: the interpreter's files (a kernel
+    imports more than the zygote preloaded), its socket folder, its scratch folder, its /proc."""
+    import importlib.util
+    checks = {
+        "the interpreter's files": os.path.isfile(sys.executable)
+        and importlib.util.find_spec("ipykernel_launcher") is not None,
+        "its socket folder": os.path.isdir(request["ipc_dir"]),
+        "its scratch folder": os.path.isdir(request["own_dir"]) and not os.listdir(request["own_dir"]),
+        "a /proc of its own": sorted(p for p in os.listdir("/proc") if p.isdigit()) == ["1"],
+    }
+    for what, ok in checks.items():
+        if not ok:
+            print(f"course.zygote: a fork does not see {what}", file=sys.stderr, flush=True)
+    return all(checks.values())
+
+
 def _init(request: dict, uid: int, gid: int) -> None:
     """PID 1 of the kernel's PID namespace: its own /proc, locked mounts, then the kernel."""
     _set_pdeathsig()
@@ -177,6 +207,8 @@ def _init(request: dict, uid: int, gid: int) -> None:
     _unshare(CLONE_NEWUSER | CLONE_NEWNS)
     _map_ids(uid, gid)
     _set_pdeathsig()
+    if request.get("self_test"):
+        os._exit(0 if _fork_sees_what_a_kernel_needs(request) else 3)
     kernel = os.fork()
     if kernel == 0:
         try:
@@ -269,7 +301,19 @@ def serve(sock_path: str, kernels_root: str) -> None:
     import selectors
     root = Path(kernels_root)
     os.environ.pop(SOCKET_ENV, None)
+    from . import isolation  # noqa: F401  (the forks' limits; imported before any chdir)
     preload()
+    # One isolated fork before any kernel: where the namespaces cannot be made here, the grader
+    # hears it now and starts its kernels the fresh way instead of failing every notebook.
+    import tempfile
+    probe = {"own_dir": os.path.join(os.getcwd(), "self-test"), "self_test": True,
+             "ipc_dir": tempfile.mkdtemp(dir=root), "cmd": [], "env": {}}
+    pid = _fork_kernel(probe, [0, 1, 2], root, [])
+    _, status = os.waitpid(pid, 0)
+    os.rmdir(probe["ipc_dir"])
+    if os.waitstatus_to_exitcode(status) != 0:
+        print(f"course-zygote self-test failed (exit {os.waitstatus_to_exitcode(status)})", flush=True)
+        return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sock_path)
     listener.listen(64)
@@ -363,7 +407,7 @@ class Zygote:
         if not (sys.platform.startswith("linux") and bwrap_works()):
             raise ZygoteUnavailable("no usable bubblewrap")
         self.kernels_root = kernels_root
-        self.socket = str(kernels_root / "zygote.sock")
+        self.socket = tempfile.mktemp(prefix="zygote-", suffix=".sock", dir=kernels_root)  # bound below
         env = dict(os.environ)
         env.pop(SOCKET_ENV, None)
         if env.get("COURSE_GRADING_FIGURES", "") in ("", "0"):
@@ -402,6 +446,10 @@ class Zygote:
         except Exception:
             pass
         shutil.rmtree(self._scratch, ignore_errors=True)
+        try:
+            os.unlink(self.socket)
+        except OSError:
+            pass
 
 
 def _set_limits_for_zygote() -> None:

@@ -334,7 +334,9 @@ def test_zygote_fork_is_isolated(tmp_path):
     import nbformat.v4 as v4
     from nbclient import NotebookClient
     probe = r'''
-import ctypes, glob, json, os, random, socket, numpy
+import sys
+preloaded = "torch" in sys.modules
+import ctypes, glob, json, os, random, socket, numpy, torch
 libc = ctypes.CDLL(None, use_errno=True)
 result = {
     "pid": os.getpid(),
@@ -344,7 +346,10 @@ result = {
     "umount_tmp": libc.umount2(b"/tmp", 2),
     "random": [random.random(), float(numpy.random.rand())],
     "cwd": os.listdir("."),
-    "torch_loaded": "torch" in __import__("sys").modules,
+    "torch_loaded": preloaded,
+    # the interpreter's folders stay visible (CI's virtual environment lives under /tmp), read-only
+    "python_files": os.path.isfile(torch.__file__) and os.path.isdir(os.path.join(sys.prefix, "lib")),
+    "python_writable": os.access(sys.prefix, os.W_OK),
 }
 try:
     socket.create_connection(("1.1.1.1", 53), timeout=2)
@@ -363,6 +368,7 @@ print(json.dumps(result))
         outs.append(json.loads(nb.cells[0].outputs[0]["text"]))
     for r in outs:
         assert r["torch_loaded"], "the kernel was not forked from the zygote (torch not preloaded)"
+        assert r["python_files"] and not r["python_writable"], "the interpreter's folders: visible, read-only"
         assert r["pids"] == [1, r["pid"]] and r["pid"] == 2, f"other processes visible: {r['pids']}"
         assert r["umount_proc"] != 0 and r["umount_tmp"] != 0, "a fork could unmount its private mounts"
         assert not r["network"]
@@ -386,3 +392,23 @@ def test_fresh_kernel_start_when_asked(tmp_path, monkeypatch):
                    shutdown_kernel="immediate").execute(cwd=str(tmp_path))
     preloaded, processes = json.loads(nb.cells[0].outputs[0]["text"])
     assert not preloaded and processes <= 3
+
+
+def test_course_grade_shares_one_zygote_with_its_nbgrader_processes(tmp_path, monkeypatch):
+    """`course grade` starts the course's zygote once and hands it (by environment) to the
+    nbgrader it runs per student, for that course folder only; it is stopped afterwards."""
+    if not sandbox.bwrap_works():
+        pytest.skip("needs bubblewrap (apt-get install bubblewrap)")
+    monkeypatch.delenv(sandbox.ZYGOTE_SOCKET_ENV, raising=False)
+    course, other = tmp_path / "course", tmp_path / "other"
+    course.mkdir()
+    other.mkdir()
+    with sandbox.share_zygote(course) as z:
+        assert z is not None and z.alive()
+        assert os.environ[sandbox.ZYGOTE_SOCKET_ENV] == z.socket
+        assert os.environ[sandbox.ZYGOTE_ROOT_ENV] == str(course.resolve())
+        shared = sandbox._shared_zygote(course)
+        assert shared is not None and shared.socket == z.socket
+        assert sandbox._shared_zygote(other) is None, "another course folder must not use this zygote"
+    assert not z.alive() and not os.path.exists(z.socket)
+    assert sandbox.ZYGOTE_SOCKET_ENV not in os.environ and sandbox.ZYGOTE_ROOT_ENV not in os.environ

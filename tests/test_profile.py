@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from course import cells as C
-from course import profile
+from course import profile, sandbox
 from course.paths import source_notebook
 from conftest import ROOT
 
@@ -25,6 +25,11 @@ def test_breakdown_splits_a_record_into_kinds_kernel_start_and_nbgrader_steps():
     assert text.splitlines()[0] == "x (s): autograde 6.5 s = 1.30x the floor (5.0 s)"
     slowest = text.split("slowest cells:")[1].splitlines()[1:]
     assert "setup" in slowest[0] and "test_a_hidden" in slowest[1] and "test_b_hidden" in slowest[2]
+    # the first notebook of a grader also pays the zygote's start, once: its own line, not kernel start
+    first = dict(record, execute_seconds=9.0, zygote_start_seconds=4.0)
+    assert profile.breakdown(first, wall=10.5) == {
+        "kernel start and shutdown": 1.0, "zygote start (once per grader)": 4.0, "set-up (read-only)": 2.0,
+        "hidden check": 2.0, "nbgrader's own steps": 1.5}
 
 
 @pytest.mark.slow
@@ -41,6 +46,8 @@ def test_profile_of_a_real_autograde_names_every_code_cell_and_adds_up():
     parts = profile.breakdown(record, wall)
     assert parts["kernel start and shutdown"] > 0 and parts["nbgrader's own steps"] > 0
     assert abs(sum(parts.values()) - wall) < 1e-6
+    if sandbox.bwrap_works() and sandbox.kernel_start() == "zygote":
+        assert parts["zygote start (once per grader)"] > 0.5, "the first kernel of a grader starts the zygote"
     assert profile.render(record, wall, None).startswith("04_decoder (reference): autograde")
 
 
