@@ -326,6 +326,7 @@ def serve(sock_path: str, kernels_root: str) -> None:
         for key, _ in sel.select(timeout=0.05):
             if key.fileobj is listener:
                 conn, _ = listener.accept()
+                fds = []
                 try:
                     data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
                     request = json.loads(data)
@@ -333,7 +334,9 @@ def serve(sock_path: str, kernels_root: str) -> None:
                     _validate(request, root)
                     if len(fds) != 3:
                         raise ValueError("the launcher must pass stdin, stdout and stderr")
-                except (OSError, ValueError) as e:
+                except (OSError, ValueError) as e:  # a bad request costs its own kernel only
+                    for fd in fds:
+                        os.close(fd)
                     try:
                         conn.sendall(json.dumps({"error": str(e)}).encode())
                     except OSError:
@@ -376,14 +379,15 @@ def serve(sock_path: str, kernels_root: str) -> None:
 
 # ------------------------------------------------------------------------------ the launcher side
 
-def run_kernel(sock_path: str, own_dir: Path, ipc_dir: Path, cmd: list[str], env: dict) -> int:
+def run_kernel(sock_path: str, own_dir: Path, ipc_dir: Path, cmd: list[str], env: dict,
+               handle_signals: bool = True) -> int:
     """Ask the zygote for a kernel and stand in for it: return its exit code. The grader kills
     this process to kill the kernel; the zygote sees the connection close and kills the fork."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     conn.connect(sock_path)
     request = {"own_dir": str(own_dir), "ipc_dir": str(ipc_dir), "cmd": cmd, "env": env}
     socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if handle_signals else ():
         signal.signal(sig, lambda *_: os._exit(128 + 15))
     while True:
         data = conn.recv(MAX_REQUEST)

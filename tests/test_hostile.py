@@ -410,5 +410,10 @@ def test_course_grade_shares_one_zygote_with_its_nbgrader_processes(tmp_path, mo
         shared = sandbox._shared_zygote(course)
         assert shared is not None and shared.socket == z.socket
         assert sandbox._shared_zygote(other) is None, "another course folder must not use this zygote"
+        # a request for a socket folder outside the zygote's is refused, and the zygote goes on
+        from course import zygote
+        cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "x.json"]
+        assert zygote.run_kernel(z.socket, tmp_path, tmp_path, cmd, {}, handle_signals=False) == 2
+        assert z.alive()
     assert not z.alive() and not os.path.exists(z.socket)
     assert sandbox.ZYGOTE_SOCKET_ENV not in os.environ and sandbox.ZYGOTE_ROOT_ENV not in os.environ
