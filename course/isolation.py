@@ -12,8 +12,20 @@ import shutil
 import sys
 from pathlib import Path
 
-MEMORY_BYTES = int(float(os.environ.get("COURSE_KERNEL_MEMORY_GB", "6")) * 1024 ** 3)
-CPU_SECONDS = int(os.environ.get("COURSE_KERNEL_CPU_SECONDS", "900"))
+def kernel_limits() -> tuple[int, int]:
+    """(address-space bytes, CPU seconds) of a graded kernel, from the environment as it is now."""
+    return (int(float(os.environ.get("COURSE_KERNEL_MEMORY_GB", "6")) * 1024 ** 3),
+            int(os.environ.get("COURSE_KERNEL_CPU_SECONDS", "900")))
+
+
+def kernel_start() -> str:
+    """How graded kernels start: "zygote" (forked from a per-grader server that has torch and the
+    rest imported, course/zygote.py) or "fresh" (one new interpreter in its own bubblewrap per
+    notebook). $COURSE_KERNEL_START picks; the zygote is the default where it can run."""
+    return "fresh" if os.environ.get("COURSE_KERNEL_START", "zygote") == "fresh" else "zygote"
+
+
+MEMORY_BYTES, CPU_SECONDS = kernel_limits()
 FILE_BYTES = 256 * 1024 ** 2
 HIDDEN = ["source", "submitted", "autograded", "feedback", "release", "downloaded", "rejected"]
 
@@ -48,7 +60,7 @@ def mode() -> str:
     """One line saying which isolation graded kernels get on this machine."""
     if bwrap_works():
         start = ("one fresh interpreter per notebook (COURSE_KERNEL_START=fresh)"
-                 if os.environ.get("COURSE_KERNEL_START", "zygote") == "fresh" else
+                 if kernel_start() == "fresh" else
                  "each kernel forked in namespaces of its own from a per-grader zygote with torch "
                  "imported (course/zygote.py)")
         return f"bubblewrap sandbox (no network, solutions and gradebook hidden) + resource limits; {start}"
@@ -150,8 +162,7 @@ def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path, course_root: Pat
 def _set_limits() -> None:
     """The kernel's limits, read from the environment now (a kernel forked from the zygote has
     the environment of its own launch, not the one this module was imported with)."""
-    memory = int(float(os.environ.get("COURSE_KERNEL_MEMORY_GB", "6")) * 1024 ** 3)
-    cpu = int(os.environ.get("COURSE_KERNEL_CPU_SECONDS", "900"))
+    memory, cpu = kernel_limits()
     for res, value in [(resource.RLIMIT_AS, memory), (resource.RLIMIT_CPU, cpu),
                        (resource.RLIMIT_FSIZE, FILE_BYTES), (resource.RLIMIT_CORE, 0)]:
         try:
@@ -170,9 +181,9 @@ def launch(argv: list[str]) -> None:
     # then shows the plots).
     if os.environ.get("COURSE_GRADING_FIGURES", "") in ("", "0"):
         os.environ["MPLBACKEND"] = "agg"
-    zygote = os.environ.pop("COURSE_ZYGOTE_SOCKET", "")
+    from .zygote import SOCKET_ENV, run_kernel
+    zygote = os.environ.pop(SOCKET_ENV, "")
     if zygote and os.path.exists(zygote):
-        from .zygote import run_kernel
         try:
             sys.exit(run_kernel(zygote, own_dir, ipc_dir, cmd, dict(os.environ)))
         except ConnectionError:  # the zygote is gone: start this kernel the old way

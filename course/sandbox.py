@@ -36,17 +36,11 @@ from traitlets import Enum
 # The kernel side lives in course.isolation (standard library only, it runs before each kernel).
 from .isolation import (CPU_SECONDS, FILE_BYTES, HIDDEN, MEMORY_BYTES, SandboxMissing,  # noqa: F401
                         allow_unsandboxed_from_env, bwrap_command, bwrap_works, course_checkouts,
-                        course_root_of, launch, mode, python_folders_under, require_sandbox)
+                        course_root_of, kernel_start, launch, mode, python_folders_under,
+                        require_sandbox)
+from .zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
 
-
-def kernel_start() -> str:
-    """How graded kernels start: "zygote" (forked from a per-grader server that has torch and the
-    rest imported, course/zygote.py) or "fresh" (one new interpreter in its own bubblewrap per
-    notebook). $COURSE_KERNEL_START picks; the zygote is the default where it can run."""
-    return "fresh" if os.environ.get("COURSE_KERNEL_START", "zygote") == "fresh" else "zygote"
-
-
-ZYGOTE_SOCKET_ENV, ZYGOTE_ROOT_ENV = "COURSE_ZYGOTE_SOCKET", "COURSE_ZYGOTE_ROOT"
+ZYGOTE_ROOT_ENV = "COURSE_ZYGOTE_ROOT"
 _ZYGOTES: dict = {}            # course root -> Zygote, or the reason it cannot run
 _ZYGOTE_LOCK = threading.Lock()
 _KERNELS_ROOT: Path | None = None
@@ -141,14 +135,6 @@ def zygote_for(course_root: Path):
         atexit.register(z.stop)
         _ZYGOTES[key] = z
         return z
-
-
-def stop_zygotes() -> None:
-    with _ZYGOTE_LOCK:
-        for z in _ZYGOTES.values():
-            if not isinstance(z, str):
-                z.stop()
-        _ZYGOTES.clear()
 
 
 class SandboxedKernelManager(AsyncKernelManager):

@@ -407,7 +407,7 @@ class Zygote:
     def __init__(self, course_root: Path, kernels_root: Path, startup_timeout: float = 120):
         import subprocess
         import tempfile
-        from .isolation import bwrap_command, bwrap_works, _set_limits  # noqa: F401
+        from .isolation import bwrap_command, bwrap_works
         if not (sys.platform.startswith("linux") and bwrap_works()):
             raise ZygoteUnavailable("no usable bubblewrap")
         self.kernels_root = kernels_root
@@ -459,8 +459,8 @@ class Zygote:
 def _set_limits_for_zygote() -> None:
     """The zygote gets no CPU-time limit (it lives for the whole class); forks set their own."""
     import resource
-    from .isolation import MEMORY_BYTES
-    for res, value in [(resource.RLIMIT_AS, MEMORY_BYTES), (resource.RLIMIT_CORE, 0)]:
+    from .isolation import kernel_limits
+    for res, value in [(resource.RLIMIT_AS, kernel_limits()[0]), (resource.RLIMIT_CORE, 0)]:
         try:
             resource.setrlimit(res, (value, value))
         except (ValueError, OSError):
