@@ -6,11 +6,18 @@ importing nbgrader here would add about 2 s to the start of every notebook's ker
 """
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
+import signal
+import socket
 import sys
 from pathlib import Path
+
+# The zygote's socket (course/zygote.py), named to each kernel launcher by environment.
+SOCKET_ENV = "COURSE_ZYGOTE_SOCKET"
+MAX_REQUEST = 1 << 20
 
 def kernel_limits() -> tuple[int, int]:
     """(address-space bytes, CPU seconds) of a graded kernel, from the environment as it is now."""
@@ -171,6 +178,28 @@ def _set_limits() -> None:
             pass
 
 
+def run_kernel(sock_path: str, own_dir: Path, ipc_dir: Path, cmd: list[str], env: dict,
+               handle_signals: bool = True) -> int:
+    """Ask the zygote for a kernel and stand in for it: return its exit code. The grader kills
+    this process to kill the kernel; the zygote sees the connection close and kills the fork."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.connect(sock_path)
+    request = {"own_dir": str(own_dir), "ipc_dir": str(ipc_dir), "cmd": cmd, "env": env}
+    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if handle_signals else ():
+        signal.signal(sig, lambda *_: os._exit(128 + 15))
+    while True:
+        data = conn.recv(MAX_REQUEST)
+        if not data:
+            return 1
+        reply = json.loads(data)
+        if "error" in reply:
+            print(f"course.zygote refused the kernel: {reply['error']}", file=sys.stderr)
+            return 2
+        if "exit" in reply:
+            return int(reply["exit"]) & 0xFF
+
+
 def launch(argv: list[str]) -> None:
     """`python -m course.isolation OWN_DIR IPC_DIR -- KERNEL_CMD...`: limit, isolate, exec."""
     own_dir, ipc_dir = Path(argv[0]), Path(argv[1])
@@ -181,13 +210,14 @@ def launch(argv: list[str]) -> None:
     # then shows the plots).
     if os.environ.get("COURSE_GRADING_FIGURES", "") in ("", "0"):
         os.environ["MPLBACKEND"] = "agg"
-    from .zygote import SOCKET_ENV, run_kernel
     zygote = os.environ.pop(SOCKET_ENV, "")
     if zygote and os.path.exists(zygote):
         try:
             sys.exit(run_kernel(zygote, own_dir, ipc_dir, cmd, dict(os.environ)))
         except ConnectionError:  # the zygote is gone: start this kernel the old way
             pass
+    if cmd[1:3] == ["-m", "ipykernel_launcher"]:  # the same audit hook as a forked kernel's
+        cmd = [cmd[0], "-m", "course.guard", *cmd[3:]]
     if bwrap_works():
         cmd = bwrap_command(cmd, own_dir, ipc_dir)
     _set_limits()

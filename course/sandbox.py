@@ -38,7 +38,8 @@ from .isolation import (CPU_SECONDS, FILE_BYTES, HIDDEN, MEMORY_BYTES, SandboxMi
                         allow_unsandboxed_from_env, bwrap_command, bwrap_works, course_checkouts,
                         course_root_of, kernel_start, launch, mode, python_folders_under,
                         require_sandbox)
-from .zygote import SOCKET_ENV as ZYGOTE_SOCKET_ENV
+from .guard import IMPORTS_ENV as GUARD_IMPORTS_ENV
+from .isolation import SOCKET_ENV as ZYGOTE_SOCKET_ENV
 
 ZYGOTE_ROOT_ENV = "COURSE_ZYGOTE_ROOT"
 _ZYGOTES: dict = {}            # course root -> Zygote, or the reason it cannot run
@@ -169,6 +170,7 @@ class SandboxedKernelManager(AsyncKernelManager):
             z = zygote_for(course_root_of(own_dir))
             if z is not None:
                 env[ZYGOTE_SOCKET_ENV] = z.socket
+        env.setdefault(GUARD_IMPORTS_ENV, guard_imports(course_root_of(own_dir), own_dir.name))
         kw["env"] = env
         wrapped = [sys.executable, "-m", "course.isolation", str(own_dir), str(self._ipc_dir), "--",
                    *kernel_cmd]
@@ -178,6 +180,28 @@ class SandboxedKernelManager(AsyncKernelManager):
         await super()._async_cleanup_resources(restart=restart)
         if not restart:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
+
+
+def guard_imports(course_root: Path, assignment: str) -> str:
+    """The top-level modules a cell's own `import` may load in this notebook's kernel
+    (course/guard.py): the policy's allowlist and what the notebook's read-only and test cells
+    import. Empty (no limit) where the source notebook is not found."""
+    import ast
+    from . import cells as C
+    from . import policy
+    path = course_root / "source" / assignment / f"{assignment}.ipynb"
+    if not path.is_file():
+        return ""
+    tops = {m.split(".")[0] for m in policy.allowed_modules(assignment)}
+    for cell in C.read(path).cells:
+        if cell.cell_type == "code" and (C.is_locked(cell) or C.is_autograded_test(cell)):
+            code, _ = policy.python_source(cell.source)
+            for node in ast.walk(ast.parse(code)) if code else []:
+                if isinstance(node, ast.Import):
+                    tops |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    tops.add(node.module.split(".")[0])
+    return ",".join(sorted(tops))
 
 
 def _kind(cell) -> str:
@@ -225,8 +249,22 @@ class SandboxedExecute(Execute):
             (self.log.info if bwrap_works() else self.log.warning)("kernel isolation: %s", mode())
 
     def preprocess(self, nb, resources=None, km=None):
-        """nbgrader's Execute; with $COURSE_PROFILE_DIR set, each notebook's cell times and
-        kernel start-up are appended to profile.jsonl there (`course profile`)."""
+        """nbgrader's Execute, each test cell stamped to prove it ran as written
+        (course/integrity.py)."""
+        from . import integrity
+        stamps = integrity.stamp(nb)
+        try:
+            nb, resources = self._execute(nb, resources, km)
+        finally:
+            tampered = integrity.verify_stamps(nb, stamps)
+        if tampered and resources is not None:
+            integrity.hold(resources, "test cells ended without their completion token, so code "
+                                      "changed how cells run: " + ", ".join(tampered[:6]))
+        return nb, resources
+
+    def _execute(self, nb, resources=None, km=None):
+        """With $COURSE_PROFILE_DIR set, each notebook's cell times and kernel start-up are
+        appended to profile.jsonl there (`course profile`)."""
         profile_dir = os.environ.get("COURSE_PROFILE_DIR")
         if not profile_dir:
             return super().preprocess(nb, resources, km)

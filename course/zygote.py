@@ -23,9 +23,8 @@ the same state for everyone. `tests/test_hostile.py` grades hostile submissions 
 (one student reading, signalling or leaving processes behind for the next).
 
 The grader side is three pieces: `Zygote` starts and stops the server (course/sandbox.py keeps
-one per grader process and course), `run_kernel` is what `python -m course.isolation` calls
-instead of exec'ing bubblewrap when $COURSE_ZYGOTE_SOCKET names a zygote, and `serve` is the
-server. Where the namespaces cannot be made (no bubblewrap, no user namespaces) or the kernel is
+one per grader process and course), `serve` is the server, and `course.isolation.run_kernel` (the
+launcher side, run before each kernel) asks it for a fork when $COURSE_ZYGOTE_SOCKET names one. Where the namespaces cannot be made (no bubblewrap, no user namespaces) or the kernel is
 not ipykernel, kernels start the old way, one bubblewrap per notebook. Only the standard library
 is imported at module level: the launcher imports this module before every kernel.
 """
@@ -39,9 +38,10 @@ import socket
 import sys
 from pathlib import Path
 
-SOCKET_ENV = "COURSE_ZYGOTE_SOCKET"
+from . import isolation
+from .isolation import MAX_REQUEST, SOCKET_ENV
+
 READY = "course-zygote ready"
-MAX_REQUEST = 1 << 20
 
 # What every graded notebook imports (the course's notebooks and the floor of `course bench`),
 # and torch._dynamo, which the first meta-device op and the Hugging Face model classes pull in.
@@ -119,11 +119,10 @@ def _set_pdeathsig() -> None:
 
 def _private_mounts(own_dir: Path, ipc_dir: Path, kernels_root: Path) -> None:
     """In new user and mount namespaces: private writable places, only our own socket folder."""
-    from .isolation import python_folders_under
     keep = os.open(ipc_dir, os.O_RDONLY | os.O_DIRECTORY)
     # The interpreter may live under /tmp (CI builds its virtual environment there): keep a handle
     # on its folders, to bind them back, read-only, over the private /tmp.
-    pythons = [(p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p in python_folders_under("/tmp")]
+    pythons = [(p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p in isolation.python_folders_under("/tmp")]
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     fresh = []
     for place in ["/tmp", "/dev/shm", str(kernels_root)]:
@@ -160,12 +159,11 @@ def _private_mounts(own_dir: Path, ipc_dir: Path, kernels_root: Path) -> None:
 
 def _kernel(request: dict) -> None:
     """The kernel process: environment, limits, then ipykernel, as `python -m ipykernel_launcher`."""
-    from .isolation import _set_limits
     os.environ.clear()
     os.environ.update(request["env"])
     os.environ.update({"MPLCONFIGDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "JPY_PARENT_PID": "1"})
     os.chdir(request["own_dir"])
-    _set_limits()
+    isolation._set_limits()
     # Each fork would otherwise share the zygote's random state (Python's and numpy's are seeded
     # from the OS at import; torch's default seed is a constant, as in a fresh interpreter).
     import random
@@ -175,6 +173,9 @@ def _kernel(request: dict) -> None:
     sys.path[:] = [p for p in sys.path if p not in ("", request.get("zygote_cwd"))]
     sys.argv = [str(Path(sys.modules["ipykernel"].__file__).parent.parent / "ipykernel_launcher.py"),
                 *request["cmd"][3:]]
+    # The runtime line (course/guard.py): an audit hook no cell can remove, set before ipykernel.
+    from .guard import install
+    install()
     from ipykernel.kernelapp import IPKernelApp
     IPKernelApp.launch_instance()
 
@@ -301,7 +302,6 @@ def serve(sock_path: str, kernels_root: str) -> None:
     import selectors
     root = Path(kernels_root)
     os.environ.pop(SOCKET_ENV, None)
-    from . import isolation  # noqa: F401  (the forks' limits; imported before any chdir)
     preload()
     # One isolated fork before any kernel: where the namespaces cannot be made here, the grader
     # hears it now and starts its kernels the fresh way instead of failing every notebook.
@@ -377,38 +377,13 @@ def serve(sock_path: str, kernels_root: str) -> None:
                 conn.close()
 
 
-# ------------------------------------------------------------------------------ the launcher side
-
-def run_kernel(sock_path: str, own_dir: Path, ipc_dir: Path, cmd: list[str], env: dict,
-               handle_signals: bool = True) -> int:
-    """Ask the zygote for a kernel and stand in for it: return its exit code. The grader kills
-    this process to kill the kernel; the zygote sees the connection close and kills the fork."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    conn.connect(sock_path)
-    request = {"own_dir": str(own_dir), "ipc_dir": str(ipc_dir), "cmd": cmd, "env": env}
-    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if handle_signals else ():
-        signal.signal(sig, lambda *_: os._exit(128 + 15))
-    while True:
-        data = conn.recv(MAX_REQUEST)
-        if not data:
-            return 1
-        reply = json.loads(data)
-        if "error" in reply:
-            print(f"course.zygote refused the kernel: {reply['error']}", file=sys.stderr)
-            return 2
-        if "exit" in reply:
-            return int(reply["exit"]) & 0xFF
-
-
 class Zygote:
     """One fork server in its bubblewrap sandbox, for one grader process and one course."""
 
     def __init__(self, course_root: Path, kernels_root: Path, startup_timeout: float = 120):
         import subprocess
         import tempfile
-        from .isolation import bwrap_command, bwrap_works
-        if not (sys.platform.startswith("linux") and bwrap_works()):
+        if not (sys.platform.startswith("linux") and isolation.bwrap_works()):
             raise ZygoteUnavailable("no usable bubblewrap")
         self.kernels_root = kernels_root
         self.socket = tempfile.mktemp(prefix="zygote-", suffix=".sock", dir=kernels_root)  # bound below
@@ -422,7 +397,7 @@ class Zygote:
         # The sandbox of a graded kernel (isolation.bwrap_command) with the zygote's own scratch
         # folder as working folder, the kernels' socket folder writable, and the machine's /proc:
         # a fork can mount a /proc of its own only where a complete one is visible.
-        wrapped = bwrap_command(cmd, scratch, kernels_root, course_root=course_root, host_proc=True)
+        wrapped = isolation.bwrap_command(cmd, scratch, kernels_root, course_root=course_root, host_proc=True)
         self.proc = subprocess.Popen(wrapped, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=None, text=True, preexec_fn=_set_limits_for_zygote,
                                      start_new_session=True)
@@ -459,8 +434,7 @@ class Zygote:
 def _set_limits_for_zygote() -> None:
     """The zygote gets no CPU-time limit (it lives for the whole class); forks set their own."""
     import resource
-    from .isolation import kernel_limits
-    for res, value in [(resource.RLIMIT_AS, kernel_limits()[0]), (resource.RLIMIT_CORE, 0)]:
+    for res, value in [(resource.RLIMIT_AS, isolation.kernel_limits()[0]), (resource.RLIMIT_CORE, 0)]:
         try:
             resource.setrlimit(res, (value, value))
         except (ValueError, OSError):

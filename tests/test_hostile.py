@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import bank, cells as C, grading, integrity, sandbox
+from course import bank, cells as C, grading, integrity, isolation, sandbox
 from course.paths import release_notebook
 from conftest import ROOT
 
@@ -121,8 +121,10 @@ CASES = {
     "long_sleep": (notebook(positional_encoding=lambda t: "import time\ntime.sleep(3600)\n" + t), None, PE, None),
     "memory_hog": (notebook(scaled_dot_product_attention=lambda t: "hog = bytearray(64 * 1024 ** 3)\n" + t),
                    None, SDPA, None),
-    "os_exit": (notebook(causal_mask=lambda t: "import os\nos._exit(1)\n" + t), None, CAUSAL, None),
-    "sys_exit": (notebook(masked_softmax=lambda t: "import sys\nsys.exit(0)\n" + t), None, MASKED, None),
+    # os and sys are outside the code policy (course/policy.py): held for review, all cells 0,
+    # and the class goes on
+    "os_exit": (notebook(causal_mask=lambda t: "import os\nos._exit(1)\n" + t), None, None, None),
+    "sys_exit": (notebook(masked_softmax=lambda t: "import sys\nsys.exit(0)\n" + t), None, None, None),
     "segfault_ctypes": (notebook(causal_mask=lambda t: "import ctypes\nctypes.string_at(0)\n" + t), None, None, None),
     "edited_tests": (edit_cells(notebook(scaled_dot_product_attention=buggy_sdpa), _blank_sdpa_tests), None, SDPA, None),
     "deleted_tests": (edit_cells(notebook(scaled_dot_product_attention=buggy_sdpa), _delete_sdpa_tests), None, SDPA, None),
@@ -140,7 +142,7 @@ class Anything(torch.Tensor):
     def __eq__(self, other):
         return True
 '''), None, None, None),
-    "steal_solutions": (notebook(answers=STEAL), None, QUIZ, None),
+    "steal_solutions": (notebook(answers=STEAL), None, None, None),
     "huge_output": (notebook(Embedding=lambda t: t + "\nfor i in range(200000):\n    print(i)\n"), None, set(), None),
     "copy_of_name": (notebook(), "Copy of 01_attention.ipynb", set(), None),
     "numbered_name": (notebook(), "01_attention (1).ipynb", set(), None),
@@ -193,7 +195,8 @@ def test_gate5_gradebook_was_not_written_by_a_submission(hostile_run):
 
 
 def test_integrity_scan_is_clean_for_reference_and_bank():
-    """The tampering scan never flags the reference or any bank entry (no false alarms)."""
+    """The code policy never holds the reference or any bank entry (no false alarms): 7
+    references and every correct and wrong entry of the seven banks."""
     from course.paths import assignments
     for a in assignments(ROOT):
         assert integrity.scan(bank.reference_submission(a, ROOT)) == [], a
@@ -305,8 +308,10 @@ def _marked_processes() -> list[str]:
 
 @pytest.fixture(scope="module")
 def cross_run(tmp_path_factory):
+    # The sandbox alone is under test here: the code policy, which would hold these students for
+    # their imports before any sandbox question arises, is switched off for this class.
     return grading.grade_class(A, CROSS, tmp_path_factory.mktemp("cross"), ROOT, workers=1,
-                               extra_config="c.Execute.timeout = 60\n")
+                               extra_config="c.Execute.timeout = 60\nc.ScoreOnlyTests.enforce_policy = False\n")
 
 
 @pytest.mark.slow
@@ -413,7 +418,7 @@ def test_course_grade_shares_one_zygote_with_its_nbgrader_processes(tmp_path, mo
         # a request for a socket folder outside the zygote's is refused, and the zygote goes on
         from course import zygote
         cmd = [sys.executable, "-m", "ipykernel_launcher", "-f", "x.json"]
-        assert zygote.run_kernel(z.socket, tmp_path, tmp_path, cmd, {}, handle_signals=False) == 2
+        assert isolation.run_kernel(z.socket, tmp_path, tmp_path, cmd, {}, handle_signals=False) == 2
         assert z.alive()
     assert not z.alive() and not os.path.exists(z.socket)
     assert sandbox.ZYGOTE_SOCKET_ENV not in os.environ and sandbox.ZYGOTE_ROOT_ENV not in os.environ

@@ -426,7 +426,7 @@ def load_gpt2_weights(model, hf_gpt2):
     c = hf_gpt2.config
     sizes = (("n_layer", n), ("n_embd", d), ("vocab_size", model.word_embedding.weight.shape[0]),
              ("n_positions", model.seq_len), ("n_head", model.layers[0].attention.n_heads))
-    differ = [f"{name}: GPT-2 has {getattr(c, name)}, the model {ours}" for name, ours in sizes if getattr(c, name) != ours]
+    differ = [f"{name}: GPT-2 has {c.to_dict()[name]}, the model {ours}" for name, ours in sizes if c.to_dict()[name] != ours]
     if differ:
         raise ValueError("; ".join(differ))
     if not torch.equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):

@@ -118,7 +118,8 @@ WRONG = [
           loses=EXPERIMENT),
     Wrong("experiment_modifies_baseline", "changes BASELINE in place, so both runs use the changed setting",
           edits={"experiment": Sub('runs = {"baseline": run_config(BASELINE),',
-                                   'BASELINE[EXPERIMENT["setting"]] = EXPERIMENT["value"]\n'
+                                   'config = BASELINE  # not a copy: the change reaches BASELINE\n'
+                                   'config[EXPERIMENT["setting"]] = EXPERIMENT["value"]\n'
                                    'runs = {"baseline": run_config(BASELINE),')},
           loses=EXPERIMENT),
     # ---- the optional stretch

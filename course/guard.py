@@ -1,0 +1,135 @@
+"""The runtime line of the graded kernel: an audit hook (PEP 578) set before any cell runs.
+
+The static policy (course/policy.py) reads the code; this hook watches what the interpreter is
+asked to do while the notebook runs, so a route the reading missed still ends at a refusal.
+An audit hook cannot be removed once installed.
+
+Each is refused while a notebook cell is on the call stack (everything a submission runs):
+
+* tracing and profiling hooks (`sys.settrace`, `sys.setprofile`, `sys.monitoring`): they see
+  every later cell's frames, hidden tests included, and can rewrite their variables;
+* `ctypes` (native calls, raw memory), unpickling (`pickle.find_class`), building
+  code objects (`code.__new__`), walking all objects or frames (`gc.get_objects`,
+  `gc.get_referrers`, `sys._current_frames`), and further audit hooks;
+* running a Python module or a native extension from a file outside the interpreter's own
+  folders (a module the submission wrote into its scratch folder and got imported by name);
+* an `import` statement in a notebook cell that loads a module outside the allowlist.
+
+A refusal raises in the offending code and writes a line starting with `MARK` to the kernel's
+standard error, which ipykernel shows in the output of the cell that was running: the grader
+(course/integrity.py) holds any notebook whose outputs carry it.
+
+Only the standard library is imported: this runs in every graded kernel before ipykernel.
+"""
+import os
+import sys
+
+MARK = "COURSE-GUARD:"
+IMPORTS_ENV = "COURSE_GUARD_IMPORTS"
+
+REFUSED = {"sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads",
+           "sys.monitoring.register_callback", "sys.monitoring.use_tool_id", "sys.addaudithook",
+           "sys._current_frames", "sys._current_exceptions", "pickle.find_class",
+           "code.__new__", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+           "cpython.PyInterpreterState_Clear", "cpython._PySys_ClearAuditHooks"}
+REFUSED_PREFIXES = ("ctypes.",)
+
+
+def _cell_file(filename):
+    """A notebook cell's code: ipykernel names it <tmp>/ipykernel_<pid>/<hash>.py."""
+    if filename.startswith("<ipython-input-"):
+        return True
+    folder, name = os.path.split(filename)
+    return (os.path.basename(folder) == f"ipykernel_{os.getpid()}" and name.endswith(".py")
+            and name[:-3].isdigit())
+
+
+def install(allowed_imports=None):
+    """Install the hook (once per process). `allowed_imports`: top-level modules a cell's own
+    `import` may load; default from $COURSE_GUARD_IMPORTS (the grader sets it), else no limit."""
+    if getattr(sys, "_course_guard", False):
+        return
+    if allowed_imports is None:
+        listed = os.environ.get(IMPORTS_ENV, "")
+        allowed_imports = {m for m in listed.split(",") if m} or None
+    allowed_imports = frozenset(allowed_imports) if allowed_imports else None
+    roots = tuple(sorted({os.path.realpath(p) + os.sep for p in
+                          [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__),
+                           os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+                          + [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)
+                             and not os.path.realpath(p).startswith(os.path.realpath(os.getcwd()))]}))
+    write, getframe = os.write, sys._getframe
+    realpath = os.path.realpath
+    busy = [False]
+
+    def outside(filename):
+        if not filename or filename.startswith("<") or _cell_file(filename):
+            return False
+        return not realpath(filename).startswith(roots)
+
+    def refuse(event, detail):
+        message = f"{MARK} refused {event} ({detail}): graded code may not do this\n"
+        try:
+            write(2, message.encode())
+        except OSError:
+            pass
+        raise RuntimeError(message.strip())
+
+    def cell_on_stack():
+        busy[0] = True
+        try:
+            frame = getframe(2)
+            while frame is not None:
+                if _cell_file(frame.f_code.co_filename):
+                    return True
+                frame = frame.f_back
+            return False
+        finally:
+            busy[0] = False
+
+    def hook(event, args):
+        if busy[0]:
+            return
+        if event in REFUSED or event.startswith(REFUSED_PREFIXES):
+            # the kernel's own start-up (ipykernel, its debugger) runs no cell: only what a cell
+            # set in motion is judged
+            if cell_on_stack():
+                refuse(event, "the interpreter's machinery")
+        elif event == "exec":
+            code = args[0] if args else None
+            filename = getattr(code, "co_filename", "")
+            if isinstance(filename, str) and outside(filename):
+                refuse(event, f"module code from {filename}")
+        elif event == "import":
+            module, filename = args[0], args[1]
+            if isinstance(filename, str) and outside(filename):
+                refuse(event, f"{module} from {filename}")
+            if allowed_imports is not None and filename is None and isinstance(module, str):
+                top = module.split(".")[0]
+                if top in allowed_imports:
+                    return
+                busy[0] = True
+                try:
+                    frame = getframe(1)
+                    while frame is not None and frame.f_code.co_filename.startswith("<frozen"):
+                        frame = frame.f_back
+                    from_cell = frame is not None and _cell_file(frame.f_code.co_filename)
+                finally:
+                    busy[0] = False
+                if from_cell:
+                    refuse(event, f"{module} is not on the course's list of modules")
+
+    sys.addaudithook(hook)
+    sys._course_guard = True
+
+
+def main():
+    """`python -m course.guard -f CONNECTION_FILE`: a kernel started fresh (no zygote)."""
+    install()
+    sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
+    from ipykernel import kernelapp
+    kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main()
