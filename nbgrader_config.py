@@ -86,6 +86,19 @@ else:
         "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
     ]
 
+# Nothing a student writes runs as script where it is viewed: the HTML that the formgrader (manual
+# grading) and generate_feedback make from a submission is sanitised (course/html.py). nbgrader's
+# templates render Markdown cells unsanitised even with sanitize_html on, hence the filters.
+try:
+    import course.html  # noqa: F401
+except ImportError:
+    pass
+else:
+    c.HTMLExporter.sanitize_html = True
+    c.HTMLExporter.filters = {"markdown2html": "course.html.markdown2html",
+                              "clean_html": "course.html.clean_html"}
+    c.HTMLExporter.preprocessors = ["course.html.SafeOutputs"]
+
 # The gradebook: gradebook.db (SQLite) unless `course db start` / `course db use URL` recorded a
 # PostgreSQL URL in .gradebook-url (git-ignored, readable by the instructor only); then
 # `nbgrader export`, formgrader and `course grade` all use that one gradebook (course/db.py).

@@ -37,6 +37,12 @@ CDN_FILES = {
     "cdnjs.cloudflare.com/ajax/libs/jquery/2.0.0/jquery.min.js": "jquery/dist/jquery.min.js",
 }
 
+# CDN folder -> folder under node_modules/: the formgrader's and feedback's pages load MathJax 2
+# (nbconvert's classic template) from cdnjs, and MathJax loads its parts from the same folder.
+CDN_FOLDERS = {
+    "cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/": "mathjax",
+}
+
 
 def assets_dir() -> Path:
     """Where tests/browser/setup.sh installs the JavaScript bertviz needs."""
@@ -66,6 +72,13 @@ def missing() -> list[str]:
     return problems
 
 
+def mathjax_missing() -> str | None:
+    """What the formgrader's maths needs besides `missing()`: MathJax 2 (tests/browser/setup.sh)."""
+    if not (assets_dir() / "node_modules" / "mathjax" / "MathJax.js").exists():
+        return f"MathJax 2.7.7 in {assets_dir()}: run tests/browser/setup.sh"
+    return None
+
+
 # How long each CDN answer takes: a real network is never instant, and bertviz's views must
 # draw however late require.js arrives (notebook 02's show_view makes them wait for it).
 CDN_LATENCY = float(os.environ.get("COURSE_CDN_LATENCY", "0.5"))
@@ -82,6 +95,15 @@ def route_cdn(context, latency: float = CDN_LATENCY) -> list[str]:
         if url.startswith(("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:")):
             return route.continue_()
         asked.append(url)
+        for address, folder in CDN_FOLDERS.items():
+            if address in url:
+                rel = url.split(address, 1)[1].split("?", 1)[0].split("#", 1)[0]
+                path = (local / folder / rel).resolve()
+                if path.is_file() and path.is_relative_to((local / folder).resolve()):
+                    import mimetypes
+                    kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+                    return route.fulfill(body=path.read_bytes(), content_type=kind)
+                return route.abort()
         for address, file in CDN_FILES.items():
             if address in url:
                 time.sleep(latency)

@@ -138,6 +138,47 @@ def zygote_for(course_root: Path):
         return z
 
 
+# The graded kernel's environment: these variables and no others pass from the grader (an
+# instructor's exported token, a database password or a cloud key would otherwise be one
+# `print(os.environ)` away from a submission). Each entry, and why the kernel or its launcher
+# (`python -m course.isolation`, course/zygote.py) needs it:
+KERNEL_ENV = {
+    # finding programs and libraries: the launcher runs bwrap from PATH; conda/CUDA installs
+    # need their library path; PYTHONPATH is how a checkout's `course` package is found
+    "PATH", "LD_LIBRARY_PATH", "PYTHONPATH",
+    # the interpreter's behaviour (no secrets): hashing, bytecode, encoding, user site-packages
+    "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONNOUSERSITE",
+    "PYTHONUNBUFFERED",
+    # a home folder (Jupyter's and matplotlib's defaults look there) and who runs the kernel
+    "HOME", "USER", "LOGNAME",
+    # text encoding and language of the kernel's output
+    "LANG", "LANGUAGE", "TZ",
+    # the limits and isolation that course.isolation applies when it starts the kernel:
+    # memory and CPU limits, figures kept or not (MPLBACKEND follows), the course folders
+    # whose solutions the sandbox hides, fresh or zygote start, running without bubblewrap
+    "COURSE_KERNEL_MEMORY_GB", "COURSE_KERNEL_CPU_SECONDS", "COURSE_GRADING_FIGURES", "MPLBACKEND",
+    "COURSE_ROOT", "COURSE_GRADING_ROOT", "COURSE_KERNEL_START", "COURSE_ALLOW_UNSANDBOXED",
+    # nbgrader tells notebooks they are being graded (05-07 train smaller models then)
+    "NBGRADER_EXECUTION", "NBGRADER_VALIDATING",
+    # offline model and data loading, and where the caches are (02-07 load BERT and GPT-2)
+    "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "TORCH_HOME", "XDG_CACHE_HOME",
+    "HF_HUB_DISABLE_PROGRESS_BARS", "TOKENIZERS_PARALLELISM",
+    # threads of torch and its BLAS (a grader with several workers divides the cores this way)
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS",
+    # which GPU a kernel may use, on a machine that has several
+    "CUDA_VISIBLE_DEVICES",
+}
+KERNEL_ENV_PREFIXES = ("LC_",)   # the locale's categories (LC_ALL, LC_CTYPE, ...)
+
+
+def kernel_env(env, spec_env=None) -> dict:
+    """The graded kernel's environment: the `KERNEL_ENV` entries of ``env`` (the grader's), and
+    what the kernel spec itself sets (``spec_env``: ipykernel's own settings, not the grader's)."""
+    keep = set(KERNEL_ENV) | set(spec_env or {})
+    return {k: v for k, v in env.items() if k in keep or k.startswith(KERNEL_ENV_PREFIXES)}
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """Starts the kernel through `course.isolation`, talking over Unix sockets, forked from the
     course's zygote when it runs (course/zygote.py)."""
@@ -164,8 +205,10 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         own_dir = Path(kw.get("cwd") or os.getcwd()).resolve()
-        env = {k: v for k, v in (kw.get("env") or os.environ).items()
-               if k not in (ZYGOTE_SOCKET_ENV, ZYGOTE_ROOT_ENV)}
+        spec = self.kernel_spec
+        env = kernel_env(kw.get("env") or os.environ, spec.env if spec is not None else None)
+        for k in (ZYGOTE_SOCKET_ENV, ZYGOTE_ROOT_ENV):     # set below, for this kernel only
+            env.pop(k, None)
         if self._zygote and kernel_cmd[1:3] == ["-m", "ipykernel_launcher"]:
             z = zygote_for(course_root_of(own_dir))
             if z is not None:
