@@ -6,8 +6,7 @@ An audit hook cannot be removed once installed.
 
 Each is refused while a notebook cell is on the call stack (everything a submission runs):
 
-* tracing and profiling hooks (`sys.settrace`, `sys.setprofile`, `sys.monitoring`): they see
-  every later cell's frames, hidden tests included, and can rewrite their variables;
+* `sys.monitoring` callbacks (they see every later cell's frames, hidden tests included);
 * `ctypes` (native calls, raw memory), unpickling (`pickle.find_class`), building
   code objects (`code.__new__`), walking all objects or frames (`gc.get_objects`,
   `gc.get_referrers`, `sys._current_frames`), and further audit hooks;
@@ -27,8 +26,10 @@ import sys
 MARK = "COURSE-GUARD:"
 IMPORTS_ENV = "COURSE_GUARD_IMPORTS"
 
-REFUSED = {"sys.settrace", "sys.setprofile", "sys._settraceallthreads", "sys._setprofileallthreads",
-           "sys.monitoring.register_callback", "sys.monitoring.use_tool_id", "sys.addaudithook",
+# Tracing (sys.settrace, sys.setprofile) is not refused here: 06's speed check traces the
+# student's function to count its lines. The policy keeps `sys` and `threading` out of answer
+# code, and a trace that skips a check's code loses the cell's completion token.
+REFUSED = {"sys.monitoring.register_callback", "sys.monitoring.use_tool_id", "sys.addaudithook",
            "sys._current_frames", "sys._current_exceptions", "pickle.find_class",
            "code.__new__", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
            "cpython.PyInterpreterState_Clear", "cpython._PySys_ClearAuditHooks"}
@@ -54,8 +55,9 @@ def install(allowed_imports=None):
         allowed_imports = {m for m in listed.split(",") if m} or None
     allowed_imports = frozenset(allowed_imports) if allowed_imports else None
     roots = tuple(sorted({os.path.realpath(p) + os.sep for p in
-                          [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__),
-                           os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+                          [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__)]
+                          + ([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+                             if "__file__" in globals() else [])
                           + [p for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)
                              and not os.path.realpath(p).startswith(os.path.realpath(os.getcwd()))]}))
     write, getframe = os.write, sys._getframe
@@ -124,7 +126,8 @@ def install(allowed_imports=None):
 
 
 def main():
-    """`python -m course.guard -f CONNECTION_FILE`: a kernel started fresh (no zygote)."""
+    """A kernel started fresh (no zygote): course.isolation runs this file's text with
+    `python -c TEXT -f CONNECTION_FILE` (the course package itself may be hidden in the sandbox)."""
     install()
     sys.path[:] = [p for p in sys.path if p not in ("", os.getcwd())]
     from ipykernel import kernelapp

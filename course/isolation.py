@@ -217,7 +217,7 @@ def launch(argv: list[str]) -> None:
         except ConnectionError:  # the zygote is gone: start this kernel the old way
             pass
     if cmd[1:3] == ["-m", "ipykernel_launcher"]:  # the same audit hook as a forked kernel's
-        cmd = [cmd[0], "-m", "course.guard", *cmd[3:]]
+        cmd = [cmd[0], "-c", (Path(__file__).parent / "guard.py").read_text(), *cmd[3:]]
     if bwrap_works():
         cmd = bwrap_command(cmd, own_dir, ipc_dir)
     _set_limits()

@@ -38,7 +38,7 @@ import socket
 import sys
 from pathlib import Path
 
-from . import isolation
+from . import guard, isolation
 from .isolation import MAX_REQUEST, SOCKET_ENV
 
 READY = "course-zygote ready"
@@ -174,8 +174,7 @@ def _kernel(request: dict) -> None:
     sys.argv = [str(Path(sys.modules["ipykernel"].__file__).parent.parent / "ipykernel_launcher.py"),
                 *request["cmd"][3:]]
     # The runtime line (course/guard.py): an audit hook no cell can remove, set before ipykernel.
-    from .guard import install
-    install()
+    guard.install()   # imported with this module: the fork may not see the course's files
     from ipykernel.kernelapp import IPKernelApp
     IPKernelApp.launch_instance()
 
