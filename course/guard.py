@@ -4,7 +4,8 @@ The static policy (course/policy.py) reads the code; this hook watches what the 
 asked to do while the notebook runs, so a route the reading missed still ends at a refusal.
 An audit hook cannot be removed once installed.
 
-Each is refused while a notebook cell is on the call stack (everything a submission runs):
+Each is refused while a notebook cell is on the call stack (everything a submission runs),
+except inside the import of a module (a library's own set-up):
 
 * `sys.monitoring` callbacks (they see every later cell's frames, hidden tests included);
 * `ctypes` (native calls, raw memory), unpickling (`pickle.find_class`), building
@@ -78,11 +79,17 @@ def install(allowed_imports=None):
         raise RuntimeError(message.strip())
 
     def cell_on_stack():
+        """A cell set this in motion, and not by importing a module: a library's import
+        (torch loading its native libraries with ctypes when a fresh kernel's set-up cell
+        imports it) is the library's own business."""
         busy[0] = True
         try:
             frame = getframe(2)
             while frame is not None:
-                if _cell_file(frame.f_code.co_filename):
+                filename = frame.f_code.co_filename
+                if filename.startswith("<frozen importlib"):
+                    return False
+                if _cell_file(filename):
                     return True
                 frame = frame.f_back
             return False

@@ -386,7 +386,10 @@ class Zygote:
             raise ZygoteUnavailable("no usable bubblewrap")
         self.kernels_root = kernels_root
         self.socket = tempfile.mktemp(prefix="zygote-", suffix=".sock", dir=kernels_root)  # bound below
-        env = dict(os.environ)
+        # The zygote's starting environment is what every fork's /proc/self/environ shows: the
+        # kernel's allowlist (course.sandbox.KERNEL_ENV), never the grader's whole environment.
+        from .sandbox import kernel_env
+        env = kernel_env(os.environ)
         env.pop(SOCKET_ENV, None)
         if env.get("COURSE_GRADING_FIGURES", "") in ("", "0"):
             env["MPLBACKEND"] = "agg"
