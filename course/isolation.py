@@ -108,15 +108,7 @@ def course_root_of(own_dir: Path) -> Path:
 def python_folders_under(top: str) -> list[Path]:
     """The interpreter's folders (virtual environment and base installation) under `top`."""
     top_path = Path(top).resolve()
-    found: list[Path] = []
-    for entry in [sys.prefix, sys.exec_prefix, sys.base_prefix]:
-        if not entry:
-            continue
-        path = Path(entry).resolve()
-        if path.is_dir() and path.is_relative_to(top_path) and path != top_path \
-                and not any(path.is_relative_to(f) for f in found):
-            found = [f for f in found if not f.is_relative_to(path)] + [path]
-    return found
+    return [p for p in python_folders() if p.is_relative_to(top_path) and p != top_path]
 
 
 def course_checkouts() -> list[Path]:
@@ -128,41 +120,89 @@ def course_checkouts() -> list[Path]:
     return roots
 
 
+# What a graded kernel sees of the machine, by allowlist (issue 28): the system's programs and
+# libraries, a few files of /etc the C library, fonts and time zones need, the interpreter's own
+# folders and the course package; nothing else (no course folder or other copy of the course, no
+# git repository, no home folder, no /run, /var or /mnt with their sockets).
+SYSTEM_PATHS = ["/usr", "/sys", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/fonts",
+                "/etc/localtime", "/etc/timezone", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
+                "/etc/alternatives", "/etc/mime.types", "/etc/ssl/certs", "/etc/ca-certificates"]
+TOP_LINKS = ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
+
+
+def python_folders() -> list[Path]:
+    """The interpreter's folders: its prefixes (a virtual environment and its base installation)
+    and its site-packages. Never the working folder or a course: only these named places."""
+    import site
+    found: list[Path] = []
+    candidates = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    candidates += [p for p in sys.path if p and os.path.isabs(p)
+                   and os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
+    try:
+        candidates += site.getsitepackages() + [site.getusersitepackages()]
+    except AttributeError:
+        pass
+    for entry in candidates:
+        path = Path(entry).resolve()
+        if not path.is_dir() or path == Path("/"):
+            continue
+        if not any(path.is_relative_to(f) for f in found):
+            found = [f for f in found if not f.is_relative_to(path)] + [path]
+    return found
+
+
+def package_folder() -> Path:
+    """The `course` package itself (the zygote runs `python -m course.zygote`): no solutions."""
+    return Path(__file__).resolve().parent
+
+
+def view_args() -> list[str]:
+    """bubblewrap arguments that build the kernel's file system from the allowlist, read-only."""
+    args = []
+    for link in TOP_LINKS:
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    for path in SYSTEM_PATHS:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for folder in [*python_folders(), package_folder()]:
+        args += ["--ro-bind", str(folder), str(folder)]
+    return args
+
+
 def bwrap_command(cmd: list[str], own_dir: Path, ipc_dir: Path, course_root: Path | None = None,
                   host_proc: bool = False) -> list[str]:
     """The bubblewrap command line of a graded kernel (or, with `host_proc`, of the fork server
     of course/zygote.py, whose forks mount a /proc of their own: the kernel only allows that where
-    a complete /proc is already visible, and bubblewrap's own /proc has covered parts)."""
+    a complete /proc is already visible, and bubblewrap's own /proc has covered parts).
+
+    The file system is built from an allowlist (`view_args`), not by hiding a list of folders:
+    the course folder, every other copy of the course, git repositories, home folders and host
+    sockets are simply not there."""
     course_root = course_root or course_root_of(own_dir)
     proc = ["--bind", "/proc", "/proc"] if host_proc else ["--proc", "/proc"]
     args = ["bwrap", "--die-with-parent", "--unshare-net", "--unshare-ipc", "--unshare-pid",
-            "--ro-bind", "/", "/", "--dev", "/dev", *proc, "--tmpfs", "/tmp"]
-    # The private /tmp would also hide a Python installation that lives there (CI builds its
-    # virtual environment under mktemp -d): bind the interpreter's folders back, read-only.
-    for folder in python_folders_under("/tmp"):
-        args += ["--ro-bind", str(folder), str(folder)]
-    roots = [course_root] + course_checkouts()
-    for root in roots:
-        for name in HIDDEN:
-            if (root / name).is_dir():
-                args += ["--tmpfs", str(root / name)]
-        # the gradebook: SQLite files, a PostgreSQL URL with its password, a local cluster
-        for db in [*root.glob("gradebook.db*"), root / ".gradebook-url", root / ".pgpassword"]:
-            if db.is_file():
-                args += ["--ro-bind", "/dev/null", str(db)]
-        if (root / ".pgdata").is_dir():
-            args += ["--tmpfs", str((root / ".pgdata").resolve())]
-    # The kernel reads its connection file (`-f PATH`, often under /tmp): bind it read-only.
+            "--dev", "/dev", *proc, "--tmpfs", "/tmp"]
+    # Empty places, made before the allowlist's binds (which may lie inside them, as a virtual
+    # environment in the course folder does): the kernel's working folder, and for the zygote the
+    # course folder, under which its forks make theirs (nothing of the course is in it).
+    if host_proc:
+        args += ["--tmpfs", str(course_root)]
+    args += ["--tmpfs", str(own_dir), *view_args()]
+    # The kernel reads its connection file (`-f PATH`): bind it read-only.
     for flag, value in zip(cmd, cmd[1:]):
         if flag == "-f" and Path(value).exists():
             args += ["--ro-bind", value, value]
-    # The kernel's working folder is an empty scratch folder: the real one holds the notebook
-    # being graded, hidden tests included.
-    args += ["--tmpfs", str(own_dir), "--bind", str(ipc_dir), str(ipc_dir),
+    args += ["--bind", str(ipc_dir), str(ipc_dir),
              "--chdir", str(own_dir), "--setenv", "MPLCONFIGDIR", "/tmp", "--setenv", "IPYTHONDIR", "/tmp/.ipython",
+             "--setenv", "HOME", "/tmp",
              # In a PID namespace the kernel's parent is pid 1; tell ipykernel not to poll it
              # (--die-with-parent ends the kernel with the grader instead).
-             "--setenv", "JPY_PARENT_PID", "1", "--"]
+             "--setenv", "JPY_PARENT_PID", "1",
+             # the root the allowlist was built on is read-only (the zygote's forks share it)
+             "--remount-ro", "/", "--"]
     return args + cmd
 
 

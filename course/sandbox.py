@@ -158,6 +158,8 @@ KERNEL_ENV = {
     # whose solutions the sandbox hides, fresh or zygote start, running without bubblewrap
     "COURSE_KERNEL_MEMORY_GB", "COURSE_KERNEL_CPU_SECONDS", "COURSE_GRADING_FIGURES", "MPLBACKEND",
     "COURSE_ROOT", "COURSE_GRADING_ROOT", "COURSE_KERNEL_START", "COURSE_ALLOW_UNSANDBOXED",
+    # the runtime guard (course/guard.py) switched off by the tests of the sandbox alone
+    "COURSE_KERNEL_GUARD",
     # nbgrader tells notebooks they are being graded (05-07 train smaller models then)
     "NBGRADER_EXECUTION", "NBGRADER_VALIDATING",
     # offline model and data loading, and where the caches are (02-07 load BERT and GPT-2)

@@ -120,36 +120,40 @@ def _set_pdeathsig() -> None:
 def _private_mounts(own_dir: Path, ipc_dir: Path, kernels_root: Path) -> None:
     """In new user and mount namespaces: private writable places, only our own socket folder."""
     keep = os.open(ipc_dir, os.O_RDONLY | os.O_DIRECTORY)
-    # The interpreter may live under /tmp (CI builds its virtual environment there): keep a handle
-    # on its folders, to bind them back, read-only, over the private /tmp.
-    pythons = [(p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p in isolation.python_folders_under("/tmp")]
+    # The interpreter may live under a place that gets a private tmpfs below (CI builds its virtual
+    # environment under /tmp; an instructor's may sit in the course folder): keep a handle on its
+    # folders, to bind them back, read-only, over whatever covered them.
+    pythons = [(p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)) for p in isolation.python_folders()]
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     fresh = []
     for place in ["/tmp", "/dev/shm", str(kernels_root)]:
         if os.path.isdir(place):
             _tmpfs(place)
             fresh.append(Path(place))
-    for path, fd in pythons:
-        os.makedirs(path, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
-        try:  # a bind of the sandbox's read-only bind stays read-only; make sure of it
-            _mount(None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        except OSError:
-            if not os.statvfs(path).f_flag & os.ST_RDONLY:
-                raise
-        os.close(fd)
     # The working folder is an empty scratch folder (the real one holds the hidden tests). In the
-    # zygote's sandbox it usually lies in a hidden (tmpfs) folder shared by all forks, such as
+    # zygote's sandbox it usually lies in an empty (tmpfs) folder shared by all forks, such as
     # autograded/: cover its nearest existing ancestor with a private tmpfs first.
     if own_dir.is_dir():
         _tmpfs(str(own_dir))
+        fresh.append(own_dir)
     else:
         top = own_dir
         while not top.is_dir():
             top = top.parent
         if not any(top == f or top.is_relative_to(f) for f in fresh):
             _tmpfs(str(top))
+            fresh.append(top)
         os.makedirs(own_dir, exist_ok=True)
+    for path, fd in pythons:
+        if any(path.is_relative_to(f) for f in fresh):
+            os.makedirs(path, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", str(path), None, MS_BIND | MS_REC)
+            try:  # a bind of the sandbox's read-only bind stays read-only; make sure of it
+                _mount(None, str(path), None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            except OSError:
+                if not os.statvfs(path).f_flag & os.ST_RDONLY:
+                    raise
+        os.close(fd)
     os.makedirs(ipc_dir, exist_ok=True)
     _mount(f"/proc/self/fd/{keep}", str(ipc_dir), None, MS_BIND)
     os.close(keep)
@@ -161,7 +165,8 @@ def _kernel(request: dict) -> None:
     """The kernel process: environment, limits, then ipykernel, as `python -m ipykernel_launcher`."""
     os.environ.clear()
     os.environ.update(request["env"])
-    os.environ.update({"MPLCONFIGDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "JPY_PARENT_PID": "1"})
+    os.environ.update({"MPLCONFIGDIR": "/tmp", "IPYTHONDIR": "/tmp/.ipython", "JPY_PARENT_PID": "1",
+                       "HOME": "/tmp"})
     os.chdir(request["own_dir"])
     isolation._set_limits()
     # Each fork would otherwise share the zygote's random state (Python's and numpy's are seeded
