@@ -8,6 +8,7 @@ Each is refused while a notebook cell is on the call stack (everything a submiss
 except inside the import of a module (a library's own set-up):
 
 * `sys.monitoring` callbacks (they see every later cell's frames, hidden tests included);
+* setting a function's `__code__`/`__globals__`;
 * `ctypes` (native calls, raw memory), unpickling (`pickle.find_class`), building
   code objects (`code.__new__`), walking all objects or frames (`gc.get_objects`,
   `gc.get_referrers`, `sys._current_frames`), and further audit hooks;
@@ -43,7 +44,9 @@ def _cell_file(filename):
     if filename.startswith("<ipython-input-"):
         return True
     folder, name = os.path.split(filename)
-    return (os.path.basename(folder) == f"ipykernel_{os.getpid()}" and name.endswith(".py")
+    # the folder names the pid of the process that imported ipykernel: the zygote's, in a fork
+    base = os.path.basename(folder)
+    return (base.startswith("ipykernel_") and base[10:].isdigit() and name.endswith(".py")
             and name[:-3].isdigit())
 
 
@@ -105,6 +108,13 @@ def install(allowed_imports=None):
             # set in motion is judged
             if cell_on_stack():
                 refuse(event, "the interpreter's machinery")
+        elif event == "object.__setattr__" and args and len(args) >= 2:
+            # swapping a function's code: never what an answer does (CPython audits this for
+            # functions; an attribute set on a class is not audited, the policy judges those)
+            target, name = args[0], args[1]
+            if name in ("__code__", "__globals__"):
+                if cell_on_stack():
+                    refuse(event, f"setting {name} on {getattr(target, '__qualname__', type(target).__name__)}")
         elif event == "exec":
             code = args[0] if args else None
             filename = getattr(code, "co_filename", "")

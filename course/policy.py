@@ -102,6 +102,10 @@ BUILTINS = {
 }
 # Names IPython puts in the notebook's namespace or its built-ins: they reach the shell itself.
 IPYTHON_NAMES = {"get_ipython", "In", "Out", "exit", "quit", "display"}
+# A string that names a dunder (`"__code__"`, `"{0.__globals__}"`): functions that take attribute
+# names as text (or build classes from a namespace dict) reach attributes through it.
+import re as _re
+DUNDER_TEXT = _re.compile(r"__\w+__")
 # getattr(x, "name") and hasattr(x, "name") with a literal name are x.name: allowed, judged as that
 # attribute. With a computed name they are reflection, and refused.
 LITERAL_ONLY = {"getattr", "hasattr"}
@@ -139,15 +143,48 @@ INTERNAL_ATTRIBUTES = _internal_attributes()
 
 # Modules whose functions are not all safe: only these of their attributes may be used.
 # typing.get_type_hints (and what calls it) evaluates annotation strings as code.
-MODULE_ATTRIBUTES = {"typing": "the types and special forms, and cast/overload (no function that "
-                               "evaluates annotations)"}
+MODULE_ATTRIBUTES = {
+    "typing": "the types and special forms, and cast/overload (no function that evaluates annotations)",
+    "functools": "partial, reduce, lru_cache, cache, cached_property, total_ordering, cmp_to_key "
+                 "(update_wrapper and wraps copy attributes named by strings; singledispatch "
+                 "evaluates annotations)",
+    "dataclasses": "dataclass, field, fields, asdict, astuple, replace, is_dataclass (make_dataclass "
+                   "builds a class from strings)",
+}
+FUNCTOOLS = {"partial", "reduce", "lru_cache", "cache", "cached_property", "total_ordering", "cmp_to_key"}
+DATACLASSES = {"dataclass", "field", "fields", "asdict", "astuple", "replace", "is_dataclass", "Field",
+               "FrozenInstanceError", "MISSING", "KW_ONLY", "InitVar"}
 
 
 def attribute_allowed(module_name, attr):
+    if module_name == "functools":
+        return attr in FUNCTOOLS
+    if module_name == "dataclasses":
+        return attr in DATACLASSES
     if module_name != "typing":
         return True
     value = getattr(sys.modules.get("typing") or importlib.import_module("typing"), attr, None)
     return attr in ("cast", "overload") or not isinstance(value, types.FunctionType)
+
+
+_METHODS = []
+
+
+def library_methods():
+    """The method names of torch's Tensor and of every nn.Module class (computed once)."""
+    if not _METHODS:
+        names = set()
+        try:
+            torch = importlib.import_module("torch")
+            classes = [torch.Tensor] + [c for c in vars(torch.nn).values()
+                                        if isinstance(c, type) and issubclass(c, torch.nn.Module)]
+            for cls in classes:
+                names |= {n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n, None))
+                          and not isinstance(getattr(cls, n, None), type)}
+        except Exception:
+            pass
+        _METHODS.append(frozenset(names))
+    return _METHODS[0]
 
 
 def allowed_modules(assignment=None):
@@ -339,8 +376,12 @@ class _Context:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self, ctx, where, student_globals, student_modules, own_private=(), position=None):
+    def __init__(self, ctx, where, student_globals, student_modules, own_private=(), position=None,
+                 aliases=(), docstrings=(), parents=None):
         self.ctx, self.where, self.position = ctx, where, position
+        self.aliases = set(aliases)          # student names bound to a module's or read-only object
+        self.docstrings = set(docstrings)
+        self.parents = parents or {}
         self.own_private = set(own_private)   # single-underscore names the student's code defines
         self.globals = student_globals          # module-level names bound by student cells
         self.student_modules = student_modules
@@ -407,6 +448,8 @@ class _Checker(ast.NodeVisitor):
         attr = node.attr
         store = not isinstance(node.ctx, ast.Load)
         self.check_identifier(node, attr, store=store)
+        if attr in ("format", "format_map"):
+            self._format(node)
         if attr in INTERNAL_ATTRIBUTES:
             self.flag(node, f"`.{attr}` reads the interpreter's frames or code",
                       "no exercise needs frames, code objects or tracebacks")
@@ -425,14 +468,29 @@ class _Checker(ast.NodeVisitor):
                 or (base.id in self.ctx.protected and not self.local(base.id))):
             self.flag(node, f"changes `{ast.unparse(node)}`, which belongs to a library or a read-only cell",
                       "give your own objects their own attributes instead of patching shared ones")
+        if store and self._replaces_method(node):
+            self.flag(node, f"replaces the method `{node.attr}` on `{ast.unparse(node.value)}`, which may be "
+                            "a library's class", "give your own classes their own methods; set data attributes only")
+        if store and self._shared_root(node):
+            self.flag(node, f"changes `{ast.unparse(node)}`, an object that is not the answer's own",
+                      "set attributes on `self` or on objects your own code created")
         inner = node.value
         while isinstance(inner, ast.Attribute):   # the rest of the chain was judged above
+            if inner.attr in ("format", "format_map"):
+                self._format(inner)
             self.check_identifier(inner, inner.attr)
             if inner.attr in INTERNAL_ATTRIBUTES:
                 self.flag(inner, f"`.{inner.attr}` reads the interpreter's frames or code",
                           "no exercise needs frames, code objects or tracebacks")
             inner = inner.value
         self.visit(inner)
+
+    def _format(self, node):
+        """`.format`/`.format_map` only on a string literal whose fields read no attribute or item."""
+        literal = node.value if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) else None
+        if literal is None or any(ch in field for field in _format_fields(literal.value) for ch in ".["):
+            self.flag(node, "str.format on a computed format, or with fields that read attributes",
+                      "use an f-string")
 
     def _check_chain(self, node, module, attrs):
         current = module
@@ -452,6 +510,27 @@ class _Checker(ast.NodeVisitor):
             current = sub
         if not getattr(node, "_attribute_base", False):
             self.flag(node, f"uses the module {current} as a value", "use its functions directly")
+
+    def _replaces_method(self, node):
+        """`x.all = ...`, `c.forward = ...` on anything but `self`: the names of the methods of
+        torch's tensors and modules (an alias, an argument or a loop variable may hold the class
+        itself: `for c in [torch.Tensor]: c.all = ...`)."""
+        base = node.value
+        while isinstance(base, (ast.Attribute, ast.Subscript)):
+            base = base.value
+        if isinstance(base, ast.Name) and base.id == "self":
+            return False
+        return node.attr in library_methods()
+
+    def _shared_root(self, node):
+        """The base of a store is a call (`type(t).all = ...`) or a name the student bound to a
+        library's or a read-only cell's object (`T = torch.Tensor; T.all = ...`)."""
+        base = node.value
+        while isinstance(base, (ast.Attribute, ast.Subscript)):
+            base = base.value
+        if isinstance(base, ast.Call):
+            return True
+        return isinstance(base, ast.Name) and base.id in self.aliases and not self.local(base.id)
 
     def visit_Subscript(self, node):
         if not isinstance(node.ctx, ast.Load):
@@ -582,20 +661,22 @@ class _Checker(ast.NodeVisitor):
             self.check_identifier(node, attr)
             if attr in INTERNAL_ATTRIBUTES or not attr.isidentifier():
                 self.flag(node, f"`{f.id}(..., {attr!r})` reads an internal attribute", "")
-        if isinstance(f, ast.Name) and f.id == "type" and not self.local("type") and (
-                len(node.args) != 1 or node.keywords):
-            self.flag(node, "type() with more than one argument builds a class at run time",
-                      "define classes with `class`")
-        if isinstance(f, ast.Attribute) and f.attr in ("format", "format_map"):
-            literal = f.value if isinstance(f.value, ast.Constant) and isinstance(f.value.value, str) else None
-            if literal is None or any(ch in field for field in _format_fields(literal.value) for ch in ".["):
-                self.flag(node, "str.format with a computed format, or with fields that read attributes",
-                          "use an f-string")
+        if isinstance(f, ast.Name) and f.id == "type" and not self.local("type"):
+            if len(node.args) != 1 or node.keywords:
+                self.flag(node, "type() with more than one argument builds a class at run time",
+                          "define classes with `class`")
+            elif not (isinstance(self.parents.get(node), ast.Attribute) and self.parents[node].attr == "__name__"
+                      or isinstance(self.parents.get(node), ast.Compare)):
+                self.flag(node, "type(x) used as a value (it is the class itself, and type(type) builds classes)",
+                          "use isinstance(x, ...), or type(x).__name__ to print it")
         for kw in node.keywords:
             if kw.arg is not None:
                 self.check_identifier(kw, kw.arg, store=True)
-            if isinstance(kw.value, ast.Constant) and (kw.arg, kw.value.value) in UNSAFE_KEYWORDS:
-                self.flag(node, UNSAFE_KEYWORDS[(kw.arg, kw.value.value)], "load tensors with safetensors")
+            unsafe = {k for k, _ in UNSAFE_KEYWORDS}
+            if kw.arg in unsafe and not (isinstance(kw.value, ast.Constant)
+                                         and (kw.arg, kw.value.value) not in UNSAFE_KEYWORDS):
+                self.flag(node, UNSAFE_KEYWORDS.get((kw.arg, not (kw.arg == "weights_only")),
+                                                    f"{kw.arg} must be a safe constant"), "load tensors with safetensors")
         self.generic_visit(node)
 
     def _annotation(self, annotation):
@@ -614,6 +695,11 @@ class _Checker(ast.NodeVisitor):
     def visit_AnnAssign(self, node):
         self._annotation(node.annotation)
         self.generic_visit(node)
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and DUNDER_TEXT.search(node.value) and node not in self.docstrings:
+            self.flag(node, f"the text {node.value[:40]!r} names an underscore attribute",
+                      "strings that name __attributes__ are how code reaches them without the syntax")
 
     def visit_ExceptHandler(self, node):
         if node.name:
@@ -689,8 +775,27 @@ def violations(student, read_only, tests=(), assignment=None, answer_names=()):
                 name = node.arg
             if name and name.startswith("_") and not name.startswith("__"):
                 own_private.add(name)
+    aliases = set()
+    for _, tree, _ in parsed:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                root = node.value
+                while isinstance(root, (ast.Attribute, ast.Subscript)):
+                    root = root.value
+                if isinstance(root, ast.Name) and (root.id in ctx.modules or root.id in ctx.protected
+                                                   or root.id in student_modules) \
+                        or isinstance(root, ast.Call) and getattr(root.func, "id", None) == "type":
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for t in targets:
+                        aliases.update(_targets(t))
     for where, tree, position in parsed:
-        checker = _Checker(ctx, where, student_globals, student_modules, own_private, position)
+        docstrings = {body[0].value for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                      for body in [n.body] if body and isinstance(body[0], ast.Expr)
+                      and isinstance(body[0].value, ast.Constant)}
+        parents = {child: n for n in ast.walk(tree) for child in ast.iter_child_nodes(n)}
+        checker = _Checker(ctx, where, student_globals, student_modules, own_private, position,
+                           aliases, docstrings, parents)
         for node, name in _top_level_stores(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)) and \
                     _module_imports(node).get(name) == ctx.modules.get(name):

@@ -101,9 +101,52 @@ ROUTES = {
         "source = b\"import IPython\\nIPython.get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\\\n'])\\n\"\n"
         "np.frombuffer(source, dtype=np.uint8).tofile('mybackend.py')\n"
         "plt.switch_backend('module://mybackend')"),
+    # --- found by a red-team helper against the first version of the policy
+    "wraps_code": ("import functools\ndef passes(*args, **kwargs):\n    return None\n"
+                   "for helper in (check_true, check_close, check_shape, check_rows_sum_to_one):\n"
+                   "    functools.update_wrapper(helper, passes, assigned=('__code__',), updated=())"),
+    "wraps_defaults": ("import functools\ndef lenient(actual, expected, what, atol=1e9, rtol=1e9, likely=None):\n"
+                       "    return None\nfunctools.update_wrapper(check_close, lenient, assigned=('__defaults__',), updated=())"),
+    "alias_tensor_all": ("TensorClass = torch.Tensor\n"
+                         "TensorClass.all = lambda self, *args, **kwargs: torch.ones((), dtype=torch.bool)"),
+    "type_of_type": ("ClassMaker = type(int)\nAnything = ClassMaker('Anything', (), {'__eq__': lambda self, other: True,"
+                     " '__hash__': lambda self: 0})"),
+    "make_dataclass_eq": ("import dataclasses\nAnything = dataclasses.make_dataclass('Anything', [], namespace={"
+                          "'__eq__': lambda self, other: True, '__hash__': lambda self: 0}, eq=False)"),
+    "globals_stash": (
+        "import functools, dataclasses\nstash = []\n"
+        "Box = dataclasses.make_dataclass('Box', [], namespace={'__globals__': property(lambda self: None, "
+        "lambda self, value: stash.append(value))})\n"
+        "functools.update_wrapper(Box(), check_true, assigned=('__globals__',), updated=())\n"
+        "stash[0]['check_true'] = lambda *a, **k: None"),
+    "param_alias": ("def patch(cls):\n    cls.all = lambda self, *args, **kwargs: torch.ones((), dtype=torch.bool)\n"
+                    "patch(torch.Tensor)"),
+    "loop_alias": ("for cls in [torch.Tensor]:\n    cls.all = lambda self, *args, **kwargs: torch.ones((), dtype=torch.bool)"),
+    "pickle_flag_variable": (
+        "payload = b\"cbuiltins\\nexec\\n(Vimport IPython; IPython.get_ipython().input_transformers_cleanup.append("
+        "lambda lines: ['pass\\\\u000a'])\\ntR.\"\n"
+        "np.frombuffer(payload, dtype=np.uint8).tofile('weights.bin')\nflag = True\n"
+        "np.load('weights.bin', allow_pickle=flag)"),
+    "format_reader": "reader = '{0.real}'.format\nleak = reader(3)",
 }
-# Routes that use only what the policy allows: the runtime guard alone must stop them.
-RUNTIME_ONLY = {"foreign_module_file"}
+# The answer to the SDPA exercise itself, replaced: ordinary code that fools the checks by
+# changing its inputs in place (the checks now give student code copies).
+SDPA_ROUTES = {
+    "mutate_inputs": """def scaled_dot_product_attention(query, key, value, mask=None):
+    d_k = query.size(-1)
+    own = query.clone()
+    scores = own @ key.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    with torch.no_grad():
+        query.mul_(math.sqrt(d_k))
+    return weights @ value, weights
+""",
+}
+ROUTES.update({name: "" for name in SDPA_ROUTES})
+# Routes that use only what the policy allows: the runtime guard or the checks alone must stop them.
+RUNTIME_ONLY = {"foreign_module_file", "mutate_inputs"}
 
 
 def base_answers():
@@ -115,7 +158,9 @@ def base_answers():
 
 def submission(route: str | None):
     answers = base_answers()
-    if route:
+    if route in SDPA_ROUTES:
+        answers["scaled_dot_product_attention"] = SDPA_ROUTES[route]
+    elif route:
         answers["Embedding"] = ROUTES[route] + "\n" + answers["Embedding"]
     return bank.filled_release(A, answers, ROOT)
 
