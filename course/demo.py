@@ -1,7 +1,8 @@
 """`course demo`: the whole instructor workflow on a demo class, offline, in a scratch folder.
 
-It builds the release with nbgrader, submits three students (the reference solutions, the
-untouched release, and a submission with a typical bug from the assignment's bank), autogrades
+It builds the release with nbgrader, submits four students (the reference solutions, the
+untouched release, a submission with a typical bug from the assignment's bank, and the reference
+with two lines that tamper with grading, which the code policy holds for review), autogrades
 them with nbgrader, generates their feedback, and prints and saves the score table.
 """
 from __future__ import annotations
@@ -25,6 +26,20 @@ DEMO_BUG = {
 }
 
 
+TAMPER = ("import IPython\n"
+          "IPython.get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])\n")
+TAMPER_NOTE = "every later cell, hidden tests included, would run as `pass`: held for review"
+
+
+def tampered(assignment: str, root: Path):
+    """The reference with TAMPER at the top of its first answer cell (course/policy.py holds it)."""
+    from . import cells as C
+    nb = bank.reference_submission(assignment, root)
+    first = next(c for c in nb.cells if c.cell_type == "code" and C.is_solution(c))
+    first.source = TAMPER + first.source
+    return nb
+
+
 def demo(assignment: str = "01_attention", out: Path | None = None) -> int:
     root = repo_root()
     out = (out or Path.cwd() / "demo-output").resolve()
@@ -36,6 +51,7 @@ def demo(assignment: str = "01_attention", out: Path | None = None) -> int:
         "reference": bank.reference_submission(assignment, root),
         "untouched": release_notebook(assignment, root),
         "buggy": bank.apply(bug, assignment, root),
+        "tampered": tampered(assignment, root),
     }
     from .isolation import mode
     # The demo grades the course's own three notebooks, not students' code: no flag is needed
@@ -46,6 +62,7 @@ def demo(assignment: str = "01_attention", out: Path | None = None) -> int:
         print(f"Demo class for {assignment} in a scratch nbgrader course ({tmp}):")
         print("  reference = the reference solutions; untouched = the release as handed out;")
         print(f"  buggy = {bug.description}")
+        print(f"  tampered = the reference solutions plus two lines that reach IPython's shell ({TAMPER_NOTE})")
         run = grading.grade_class(assignment, students, Path(tmp), root)
         ws = grading.Workspace(Path(tmp), root)
         fb = ws.feedback(assignment)
@@ -69,6 +86,8 @@ def demo(assignment: str = "01_attention", out: Path | None = None) -> int:
         print(f"scores: {csv_path}\nchart:  {png_path}")
     ok = (all(c.full for c in run.results["reference"].auto_cells.values())
           and all((c.score or 0) == 0 for c in run.results["untouched"].cells.values())
-          and set(lost) == set(bug.loses))
+          and set(lost) == set(bug.loses)
+          and run.results["tampered"].held is not None
+          and all((c.score or 0) == 0 for c in run.results["tampered"].auto_cells.values()))
     print("demo: " + ("OK, every grade is as expected" if ok else "UNEXPECTED GRADES, see the table"))
     return 0 if ok else 1

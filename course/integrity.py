@@ -39,6 +39,7 @@ from . import policy
 from .guard import MARK as GUARD_MARK
 
 TOKEN_PREFIX = "course-ran-as-written:"
+HELD_PREFIX = "HELD FOR REVIEW:"
 HELD_KEY = "course_integrity"      # resources: reasons found while grading
 
 
@@ -184,7 +185,7 @@ class ScoreOnlyTests(NbGraderPreprocessor):
         nb, resources = super().preprocess(nb, resources)
         if reasons:
             self.log.warning("integrity: held for review: %s", "; ".join(reasons))
-            message = ("HELD FOR REVIEW: this submission was not scored automatically because its "
+            message = (HELD_PREFIX + " this submission was not scored automatically because its "
                        "code does what no solution in this course needs: " + "; ".join(reasons[:8])
                        + ". Your instructor will review it (see docs/grading-safely.md).")
             for cell in nb.cells:
