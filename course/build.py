@@ -153,8 +153,6 @@ def sync_given(root: Path, write: bool = True, only: list[str] | None = None) ->
         if not policy_cells:
             cell = C.locked("", POLICY_ID)
             cell["id"] = "course-policy"
-            cell.metadata["jupyter"] = {"source_hidden": True}
-            cell.metadata["cellView"] = "form"
             nb.cells.insert(_policy_position(nb), cell)
             policy_cells, changed = [cell], True
         text = policy_text(assignment, root)
