@@ -199,9 +199,9 @@ def test_integrity_scan_is_clean_for_reference_and_bank():
     references and every correct and wrong entry of the seven banks."""
     from course.paths import assignments
     for a in assignments(ROOT):
-        assert integrity.scan(bank.reference_submission(a, ROOT)) == [], a
+        assert integrity.scan(bank.reference_submission(a, ROOT), a) == [], a
         for entry in bank.load(a, ROOT):
-            assert integrity.scan(bank.apply(entry, a, ROOT)) == [], f"{a}:{entry.name}"
+            assert integrity.scan(bank.apply(entry, a, ROOT), a) == [], f"{a}:{entry.name}"
 
 
 def test_canonical_names():
