@@ -73,6 +73,25 @@ def causal_mask(size):
                                       "pe = torch.zeros(max_seq_len, embed_dim, dtype=torch.long)")}, PE),
     Wrong("sdpa_output_only", "scaled_dot_product_attention returns the output only, not (output, weights)",
           {"scaled_dot_product_attention": Sub("return weights @ value, weights", "return weights @ value")}, SDPA),
+    Wrong("sdpa_mask_on_data", "the mask written into scores.data in place: the same values, but the fill is not in the "
+          "graph, so a fully masked row's NaN softmax flows back into query and key as NaN gradients",
+          {"scaled_dot_product_attention": Sub('scores = scores.masked_fill(mask == 0, float("-inf"))',
+                                               'scores.data.masked_fill_(mask == 0, float("-inf"))')},
+          ["test_sdpa_hidden"]),
+    Wrong("sdpa_weights_detached", "returns the weights detached (for plotting): the values are right, but a loss on the "
+          "weights sends no gradient back",
+          {"scaled_dot_product_attention": Sub("return weights @ value, weights", "return weights @ value, weights.detach()")},
+          ["test_sdpa_hidden"]),
+    Wrong("masked_softmax_detached_normaliser", "a hand-written softmax whose normaliser is detached: the same weights, "
+          "a wrong gradient with respect to the scores",
+          {"masked_softmax": Sub('weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)',
+                                 'e = (scores - scores.max(dim=-1, keepdim=True).values).masked_fill(~keep, float("-inf")).exp()\n'
+                                 '    weights = e / e.sum(dim=-1, keepdim=True).detach()')},
+          ["test_masked_softmax_hidden"]),
+    Wrong("pe_half_table", "the positional table in float16 (a floating-point tensor, but too coarse for the contract's "
+          "float32: off by up to 5e-4)",
+          {"positional_encoding": Sub("pe = torch.zeros(max_seq_len, embed_dim)",
+                                      "pe = torch.zeros(max_seq_len, embed_dim, dtype=torch.float16)")}, PE),
     Wrong("sdpa_detached", "scaled_dot_product_attention detaches its result (no gradient reaches query, key, value)",
           {"scaled_dot_product_attention": Sub("return weights @ value, weights",
                                                "return (weights @ value).detach(), weights.detach()")}, SDPA),
@@ -177,6 +196,11 @@ def apply_rotary(x):
           BONUS),
     Wrong("rotary_absolute_offset", "rotary angles use position + 1 (position 0 rotated, still relative)",
           {"apply_rotary": Sub("theta = position * inv_freq", "theta = (position + 1) * inv_freq")}, BONUS),
+    Wrong("rotary_angles_in_input_dtype", "rotary angles computed in x's dtype: right in float32 and float64, but in "
+          "bfloat16 the angle 49 is a multiple of 0.25 (the contract asks for float32 or float64 angles)",
+          {"apply_rotary": [Sub("torch.arange(T, dtype=torch.float64, device=x.device)", "torch.arange(T, dtype=x.dtype, device=x.device)"),
+                            Sub("torch.arange(0, d, 2, dtype=torch.float64, device=x.device)",
+                                "torch.arange(0, d, 2, dtype=x.dtype, device=x.device)")]}, BONUS),
 ]
 
 ALTERNATIVES += [
