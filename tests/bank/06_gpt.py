@@ -77,6 +77,19 @@ def bpe_train(text, vocab_size):
           edits={"bpe_train": Sub("counts = collections.Counter(pretokenize(text))",
                                   "chunks = pretokenize(text)\n    counts = {chunk: chunks.count(chunk) for chunk in chunks}")},
           loses=SPEED),
+    Wrong("train_count_per_distinct_chunk", "counts each distinct chunk by scanning the whole chunk list (list.count "
+          "per distinct chunk: distinct x total work, linear in a repetition but quadratic in a text of different "
+          "chunks): correct merges; fails the speed check's third measure (growth ~10, limit 3)",
+          edits={"bpe_train": Sub("counts = collections.Counter(pretokenize(text))",
+                                  "chunks = pretokenize(text)\n    counts = {chunk: chunks.count(chunk) for chunk in set(chunks)}")},
+          loses=SPEED),
+    Wrong("train_count_loop_per_distinct_chunk", "counts each distinct chunk with a Python loop over all the chunks: "
+          "correct merges; the line count per added chunk occurrence (the number of distinct chunks) fails",
+          edits={"bpe_train": Sub("counts = collections.Counter(pretokenize(text))",
+                                  "chunks = pretokenize(text)\n    counts = {}\n    for chunk in set(chunks):\n"
+                                  "        counts[chunk] = 0\n        for other in chunks:\n"
+                                  "            if other == chunk:\n                counts[chunk] += 1")},
+          loses=SPEED),
     # ---- bpe_encode
     Wrong("encode_across_chunks", "encodes the whole text as one chunk (merges across spaces)",
           edits={"bpe_encode": Sub("for chunk in pretokenize(text):", "for chunk in [text]:")},
@@ -162,6 +175,11 @@ def bpe_train(text, vocab_size):
           edits={"PreLNBlock": Sub("def __init__(self, embed_dim, expansion_factor=4, n_heads=8, dropout=0.1):",
                                    "def __init__(self, embed_dim, expansion_factor=4, n_heads=8, dropout=0.0):")},
           loses=["test_preln_block_hidden"]),
+    Wrong("block_residual_detached", "a stop-gradient on the attention sublayer's residual (x.detach() + ...): the "
+          "output is right, the gradient with respect to the input is not (every parameter still gets one)",
+          edits={"PreLNBlock": Sub("x = x + self.dropout1(attn.out(merge_heads(context)))",
+                                   "x = x.detach() + self.dropout1(attn.out(merge_heads(context)))")},
+          loses=["test_preln_block_hidden"]),
     # ---- GPT
     Wrong("gpt_untied", "a separate output layer (not tied to the token embedding)",
           edits={"GPT": Sub("        self.lm_head.weight = self.word_embedding.weight\n", "")},
@@ -219,6 +237,11 @@ def bpe_train(text, vocab_size):
           loses=["test_gpt_hidden"]),
     Wrong("gpt_dropout_default_zero", "dropout defaults to 0.0 instead of the contract's 0.1",
           edits={"GPT": Sub("num_layers=2, expansion_factor=4, n_heads=8, dropout=0.1):", "num_layers=2, expansion_factor=4, n_heads=8, dropout=0.0):")},
+          loses=["test_gpt_hidden"]),
+    Wrong("gpt_token_embedding_detached", "detaches the token embeddings before adding the positions: the logits are "
+          "right and the tied table still gets a gradient (through lm_head), but not the embedding's part of it",
+          edits={"GPT": Sub("x = self.dropout(self.word_embedding(ids) + self.position_embedding(positions))",
+                            "x = self.dropout(self.word_embedding(ids).detach() + self.position_embedding(positions))")},
           loses=["test_gpt_hidden"]),
     # ---- load_gpt2_weights
     Wrong("load_attention_untransposed", "copies the square attention weights without transposing them (the classic bug)",
