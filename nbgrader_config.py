@@ -57,6 +57,15 @@ try:
 except ImportError:  # plain nbgrader without the course package: nbgrader's defaults
     pass
 else:
+    # The first sanitising step keeps the submitted output of read-only results_ cells (07's experiment
+    # numbers, which a written conclusion cites) before clearing outputs (course/submitted.py).
+    c.Autograde.sanitize_preprocessors = [
+        "course.submitted.KeepSubmittedOutputs",
+        "nbgrader.preprocessors.DeduplicateIds",
+        "nbgrader.preprocessors.OverwriteKernelspec",
+        "nbgrader.preprocessors.OverwriteCells",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
     c.Autograde.autograde_preprocessors = [
         "course.sandbox.SandboxedExecute",
         "nbgrader.preprocessors.IgnorePattern",

@@ -302,6 +302,8 @@ class SandboxedExecute(Execute):
             nb, resources = self._execute(nb, resources, km)
         finally:
             tampered = integrity.verify_stamps(nb, stamps)
+            from . import submitted
+            submitted.restore(nb)          # results_ cells show the output the student submitted
         if tampered and resources is not None:
             integrity.hold(resources, "test cells ended without their completion token, so code "
                                       "changed how cells run: " + ", ".join(tampered[:6]))

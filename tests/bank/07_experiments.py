@@ -20,17 +20,27 @@ BONUS = ["bonus_fit_power_law"]
 WRONG = [
     # ---- RMSNorm
     Wrong("rmsnorm_is_layernorm", "subtracts the mean (LayerNorm without a bias) instead of dividing by the RMS",
-          edits={"RMSNorm": Sub("return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight",
-                                "return F.layer_norm(x, x.shape[-1:], eps=self.eps) * self.weight")},
+          edits={"RMSNorm": Sub("y = y * torch.rsqrt(y.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight",
+                                "y = F.layer_norm(y, y.shape[-1:], eps=self.eps) * self.weight")},
           loses=RMS),
     Wrong("rmsnorm_eps_outside_root", "adds eps after the square root",
-          edits={"RMSNorm": Sub("return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight",
-                                "return x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps) * self.weight")},
+          edits={"RMSNorm": Sub("y = y * torch.rsqrt(y.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight",
+                                "y = y / (y.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.eps) * self.weight")},
           loses=["test_rmsnorm_hidden"]),
     Wrong("rmsnorm_with_bias", "adds a learned bias, as LayerNorm has",
           edits={"RMSNorm": [Sub("self.weight = nn.Parameter(torch.ones(dim))",
                                  "self.weight = nn.Parameter(torch.ones(dim))\n        self.bias = nn.Parameter(torch.zeros(dim))"),
-                             Sub("* self.weight", "* self.weight + self.bias")]},
+                             Sub("* self.weight", "* self.weight + self.bias.to(y.dtype)")]},
+          loses=["test_rmsnorm_hidden"]),
+    Wrong("rmsnorm_promoted_dtype", "returns float32 for float16 input with a float32 weight (type promotion), not x's dtype",
+          edits={"RMSNorm": Sub("return y.to(x.dtype)", "return y")},
+          loses=["test_rmsnorm_hidden"]),
+    Wrong("rmsnorm_half_overflow", "computes in float16 for float16 input: the squares of activations of 300 overflow",
+          edits={"RMSNorm": Sub("y = x.float() if x.dtype == torch.float16 else x", "y = x")},
+          loses=["test_rmsnorm_hidden"]),
+    Wrong("rmsnorm_detached_scale", "right values, but the root mean square is detached: the input's gradient is wrong",
+          edits={"RMSNorm": Sub("torch.rsqrt(y.pow(2).mean(dim=-1, keepdim=True) + self.eps)",
+                                "torch.rsqrt(y.pow(2).mean(dim=-1, keepdim=True) + self.eps).detach()")},
           loses=["test_rmsnorm_hidden"]),
     # ---- SwiGLU
     Wrong("swiglu_silu_on_up", "applies SiLU to the up branch instead of the gate",
@@ -42,6 +52,10 @@ WRONG = [
     Wrong("swiglu_biases", "Linear layers with biases",
           edits={"SwiGLU": Sub("bias=False", "bias=True", count=3)},
           loses=SWIGLU),
+    Wrong("swiglu_gate_sigmoid_detached", "right values, but the SiLU's sigmoid is detached (g * sigmoid(g).detach()): "
+          "the gradient of gate_proj and of the input are wrong",
+          edits={"SwiGLU": Sub("F.silu(self.gate_proj(x))", "(lambda g: g * torch.sigmoid(g).detach())(self.gate_proj(x))")},
+          loses=["test_swiglu_hidden"]),
     # ---- apply_rope
     Wrong("rope_ignores_offset", "always rotates from position 0: a cached token gets position 0's rotation",
           edits={"apply_rope": Sub("torch.arange(offset, offset + T, device=x.device", "torch.arange(T, device=x.device")},
@@ -59,6 +73,17 @@ WRONG = [
           edits={"apply_rope": Sub("cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)",
                                    "cos, sin = angles.cos(), angles.sin()\n    x = x.float()")},
           loses=["test_apply_rope_hidden"]),
+    Wrong("rope_angles_in_input_dtype", "computes positions and angles in x's dtype: in float16 the angle of position "
+          "1 000 is off by up to 0.25 rad",
+          edits={"apply_rope": [Sub("theta = base ** (-torch.arange(half, device=x.device) / half)",
+                                    "theta = base ** (-torch.arange(half, device=x.device, dtype=x.dtype) / half)"),
+                                Sub("torch.arange(offset, offset + T, device=x.device)",
+                                    "torch.arange(offset, offset + T, device=x.device, dtype=x.dtype)")]},
+          loses=["test_apply_rope_hidden"]),
+    Wrong("rope_detached_second_half", "right values, but the second half of x is detached: its gradient is lost",
+          edits={"apply_rope": Sub("first, second = x[..., :half], x[..., half:]",
+                                   "first, second = x[..., :half], x[..., half:].detach()")},
+          loses=["test_apply_rope_hidden"]),
     # ---- grouped_query_attention
     Wrong("gqa_repeat_not_interleave", "repeats the key/value heads as a whole (k0 k1 k0 k1) instead of each in turn",
           edits={"grouped_query_attention": [Sub("key = key.repeat_interleave(group, dim=1)", "key = key.repeat(1, group, 1, 1)"),
@@ -69,12 +94,43 @@ WRONG = [
           edits={"grouped_query_attention": Sub("    if n_heads % n_kv_heads:\n        raise ValueError(f\"{n_kv_heads} key/value "
                                                 "heads do not divide {n_heads} query heads\")\n", "")},
           loses=["test_gqa_hidden"]),
+    Wrong("gqa_value_gradient_one_head", "right values, but the gradient of each value head reaches it only through its "
+          "first query head (the copies are detached)",
+          edits={"grouped_query_attention": Sub("value = value.repeat_interleave(group, dim=1)",
+                                                "value = torch.cat([value[:, i:i + 1] if j == 0 else value[:, i:i + 1].detach() "
+                                                "for i in range(n_kv_heads) for j in range(group)], dim=1)")},
+          loses=["test_gqa_hidden"]),
     # ---- bpe_encode with special tokens
     Wrong("special_not_escaped", "puts the special tokens in the pattern without re.escape ('|' means 'or')",
           edits={"bpe_encode_special": Sub("re.escape(s)", "s")},
           loses=SPECIAL),
     Wrong("special_shortest_first", "tries the special tokens shortest first: '<s><s>' is read as two '<s>'",
           edits={"bpe_encode_special": Sub("sorted(special_tokens, key=len, reverse=True)", "sorted(special_tokens, key=len)")},
+          loses=["test_special_tokens_hidden"]),
+    Wrong("special_longest_first_globally", "cuts at the longest special token everywhere first, then at the shorter "
+          "ones: an overlapping longer token that starts later wins",
+          edits={"bpe_encode_special": Replace('''
+def bpe_encode(text, merges, special_tokens=None):
+    if not special_tokens:
+        return bpe_encode_ordinary(text, merges)
+    pieces = [text]
+    for token in sorted(special_tokens, key=len, reverse=True):
+        cut = []
+        for piece in pieces:
+            if isinstance(piece, int):
+                cut.append(piece)
+                continue
+            parts = piece.split(token)
+            for i, part in enumerate(parts):
+                if i:
+                    cut.append(special_tokens[token])
+                cut.append(part)
+        pieces = cut
+    out = []
+    for piece in pieces:
+        out.extend([piece] if isinstance(piece, int) else bpe_encode_ordinary(piece, merges))
+    return out
+''')},
           loses=["test_special_tokens_hidden"]),
     Wrong("special_strips_spaces", "strips the whitespace around each special token (the space of ' x' is lost)",
           edits={"bpe_encode_special": Sub("out.extend(bpe_encode_ordinary(piece, merges))",
@@ -114,13 +170,28 @@ WRONG = [
                                    'EXPERIMENT["setting"]: EXPERIMENT["value"], "peak_lr": 1e-3}')},
           loses=EXPERIMENT),
     Wrong("experiment_no_ylabel", "the plot has no y label",
-          edits={"experiment": Sub('    ax.set_ylabel("training loss (nats per token)")\n', "")},
+          edits={"experiment": Sub('    ax.set_ylabel("held-out loss (nats per token)")\n', "")},
+          loses=EXPERIMENT),
+    Wrong("experiment_last_seed_only", "plots the last seed's curve instead of the mean over the seeds",
+          edits={"experiment": Sub("ax.plot(steps, losses.mean(axis=0),", "ax.plot(steps, losses[-1],")},
+          loses=EXPERIMENT),
+    Wrong("experiment_no_spread", "plots the means without the seeds' band",
+          edits={"experiment": Sub("        ax.fill_between(steps, losses.min(axis=0), losses.max(axis=0), alpha=0.2)\n", "")},
+          loses=EXPERIMENT),
+    Wrong("experiment_one_seed", "runs one seed per setting with run_config instead of run_seeds",
+          edits={"experiment": [Sub('runs = {"baseline": run_seeds(BASELINE),', 'runs = {"baseline": [run_config(BASELINE)],'),
+                                Sub('"changed": run_seeds({**BASELINE, EXPERIMENT["setting"]: EXPERIMENT["value"]})}',
+                                    '"changed": [run_config({**BASELINE, EXPERIMENT["setting"]: EXPERIMENT["value"]})]}')]},
+          loses=EXPERIMENT),
+    Wrong("experiment_flops_budget_ignored", "declares the FLOPs budget for a wider model but trains it for the same steps",
+          edits={"experiment": Sub('EXPERIMENT = {"setting": "position", "value": "rope"}',
+                                   'EXPERIMENT = {"setting": "embed_dim", "value": 64, "budget": "flops"}')},
           loses=EXPERIMENT),
     Wrong("experiment_modifies_baseline", "changes BASELINE in place, so both runs use the changed setting",
-          edits={"experiment": Sub('runs = {"baseline": run_config(BASELINE),',
+          edits={"experiment": Sub('runs = {"baseline": run_seeds(BASELINE),',
                                    'config = BASELINE  # not a copy: the change reaches BASELINE\n'
                                    'config[EXPERIMENT["setting"]] = EXPERIMENT["value"]\n'
-                                   'runs = {"baseline": run_config(BASELINE),')},
+                                   'runs = {"baseline": run_seeds(BASELINE),')},
           loses=EXPERIMENT),
     # ---- the optional stretch
     Wrong("power_law_sign", "returns the slope itself instead of -slope",
@@ -149,8 +220,16 @@ ALTERNATIVES = [
                 "RMSNorm with F.rms_norm; SwiGLU with nn.SiLU; grouped attention with F.scaled_dot_product_attention's "
                 "enable_gqa; the fit written as covariance over variance",
                 edits={
-                    "RMSNorm": Sub("return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight",
-                                   "return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)"),
+                    "RMSNorm": Replace('''
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps).to(x.dtype)
+'''),
                     "SwiGLU": Sub("F.silu(self.gate_proj(x))", "nn.SiLU()(self.gate_proj(x))"),
                     "grouped_query_attention": Replace('''
 def grouped_query_attention(query, key, value, mask=None):
@@ -244,18 +323,22 @@ def plot_runs(runs):
     fig = plt.figure()
     ax = fig.add_subplot(1, 1, 1)
     for name in runs:
-        ax.plot(range(len(runs[name]["losses"])), runs[name]["losses"], label=name)
-    ax.set(xlabel="step", ylabel="loss (nats/token)")
+        curves = [record["eval_losses"] for record in runs[name]]
+        mean = [sum(column) / len(column) for column in zip(*curves)]
+        x = runs[name][0]["eval_steps"]
+        ax.plot(x, mean, label=f"{name}: {mean[-1]:.2f}")
+        ax.fill_between(x, [min(c) for c in zip(*curves)], [max(c) for c in zip(*curves)], alpha=0.3)
+    ax.set(xlabel="step", ylabel="held-out loss (nats/token)")
     ax.legend(loc="upper right")
     return fig
 
 
-EXPERIMENT = dict(setting="peak_lr", value=1e-3)
+EXPERIMENT = dict(setting="num_layers", value=3, budget="flops")
 changed_config = dict(BASELINE)
 changed_config[EXPERIMENT["setting"]] = EXPERIMENT["value"]
 runs = {}
-runs["baseline"] = run_config(BASELINE)
-runs["changed"] = run_config(changed_config)
+runs["baseline"] = run_seeds(BASELINE)
+runs["changed"] = run_seeds(changed_config, flops=runs["baseline"][0]["flops"])
 experiment_figure = plot_runs(runs)
 '''),
                 }),
