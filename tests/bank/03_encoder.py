@@ -113,6 +113,22 @@ WRONG = [
           {"pre_ln_block": Sub("self.attention = MultiHeadAttention(embed_dim, n_heads, dropout)",
                                "self.attention = MultiHeadAttention(embed_dim, 8, dropout)")},
           STRETCH),
+    Wrong("block_query_residual_detached", "a stop-gradient on the attention sublayer's residual (query.detach() + ...): "
+          "the output is right and every parameter still gets a gradient, but the gradient with respect to the input "
+          "is not the oracle's",
+          {"transformer_block": Sub("self.norm1(query + self.dropout1(", "self.norm1(query.detach() + self.dropout1(")},
+          ["test_transformer_block_hidden"]),
+    Wrong("block_key_detached", "the key is detached before the attention (self.attention(query, key.detach(), ...)): "
+          "right outputs, every parameter gets a gradient, the key's (and in self-attention the input's) is wrong",
+          {"transformer_block": Sub("self.attention(query, key, value, mask)", "self.attention(query, key.detach(), value, mask)")},
+          ["test_transformer_block_hidden"]),
+    Wrong("encoder_keys_values_detached", "the encoder detaches the keys and values it passes to each block: right "
+          "outputs, every parameter gets a gradient, but the embedding table's (and earlier layers') is wrong",
+          {"transformer_encoder": Sub("out = block(out, out, out, mask)", "out = block(out, out.detach(), out.detach(), mask)")},
+          ["test_transformer_encoder_hidden"]),
+    Wrong("stretch_residual_detached", "the optional pre-LN block detaches the residual stream (x.detach() + ...): right "
+          "outputs, every parameter gets a gradient, the input's gradient is wrong",
+          {"pre_ln_block": Sub("y = x + self.dropout1(", "y = x.detach() + self.dropout1(")}, STRETCH),
     Wrong("wrong_answers", "all multiple-choice answers wrong",
           {"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = "a"'),
            "answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
