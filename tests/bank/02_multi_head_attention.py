@@ -166,6 +166,17 @@ class MultiHeadAttention(nn.Module):
           edits={"GroupedQueryAttention": Sub("v = split_heads(self.value_matrix(value), self.n_kv_heads)",
                                               "v = split_heads(self.value_matrix(value).detach(), self.n_kv_heads)")},
           loses=BONUS),
+    Wrong("query_input_detached", "detaches the query input before its projection (query_matrix(query.detach())): the "
+          "output is right and all four layers still get gradients, but no gradient reaches the query input "
+          "(in a stack, the layers below would not learn through the queries)",
+          edits={"MultiHeadAttention": Sub("q = split_heads(self.query_matrix(query), self.n_heads)     # (B, n_heads, T_q, d)",
+                                           "q = split_heads(self.query_matrix(query.detach()), self.n_heads)")},
+          loses=["test_MultiHeadAttention_hidden"]),
+    Wrong("gqa_query_input_detached", "grouped-query attention detaches the query input before its projection: right "
+          "outputs, all four layers get gradients, the query input's gradient is missing",
+          edits={"GroupedQueryAttention": Sub("q = split_heads(self.query_matrix(query), self.n_heads)      # (B, n_heads, T_q, d)",
+                                              "q = split_heads(self.query_matrix(query.detach()), self.n_heads)")},
+          loses=BONUS),
     Wrong("gqa_mask_ignored", "grouped-query attention ignores the mask",
           edits={"GroupedQueryAttention": [Sub('scores = scores.masked_fill(blocked, float("-inf"))', "pass"),
                                            Sub("weights = weights.masked_fill(blocked, 0.0)", "pass")]},
