@@ -231,6 +231,27 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None,
           edits={"DecoderOnlyTransformer": Sub("TransformerBlock(embed_dim, expansion_factor, n_heads, dropout=dropout)",
                                                "TransformerBlock(embed_dim, expansion_factor, n_heads)")},
           loses=["test_DecoderOnlyTransformer_hidden"]),
+    # ---- gradients: right outputs, a part cut from the graph
+    Wrong("block_residual_detached", "a stop-gradient on the self-attention sublayer's residual (x.detach() + ...): the "
+          "output is right and every parameter still gets a gradient, but the gradient with respect to x is not "
+          "nn.TransformerDecoderLayer's",
+          edits={"DecoderBlock": Sub("x = self.norm(x + self.dropout(self.attention(x, x, x, tgt_mask)))",
+                                     "x = self.norm(x.detach() + self.dropout(self.attention(x, x, x, tgt_mask)))")},
+          loses=["test_DecoderBlock_hidden"]),
+    Wrong("block_enc_out_detached", "the cross-attention reads enc_out.detach(): right outputs, every parameter of the "
+          "block gets a gradient, but none reaches enc_out (the encoder below would never learn)",
+          edits={"DecoderBlock": Sub("self.transformer_block(x, enc_out, enc_out, src_mask)",
+                                     "self.transformer_block(x, enc_out.detach(), enc_out.detach(), src_mask)")},
+          loses=["test_DecoderBlock_hidden", "test_Transformer_hidden"]),
+    Wrong("decoder_enc_out_detached", "the decoder passes enc_out.detach() to its blocks: right logits, every decoder "
+          "parameter gets a gradient, none reaches enc_out",
+          edits={"TransformerDecoder": Sub("x = layer(x, enc_out, tgt_mask, src_mask)",
+                                           "x = layer(x, enc_out.detach(), tgt_mask, src_mask)")},
+          loses=["test_TransformerDecoder_hidden", "test_Transformer_hidden"]),
+    Wrong("gpt_keys_values_detached", "the decoder-only model detaches the keys and values it passes to each block: right "
+          "logits, every parameter gets a gradient, but the embeddings' (and earlier blocks') gradients are wrong",
+          edits={"DecoderOnlyTransformer": Sub("h = layer(h, h, h, mask)", "h = layer(h, h.detach(), h.detach(), mask)")},
+          loses=["test_DecoderOnlyTransformer_hidden"]),
     # ---- questions
     Wrong("q1_no_future_leak_confusion", "question 1 answered with the future-leak option",
           edits={"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = "c"')}, loses=["test_answer_q1"]),
