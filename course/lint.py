@@ -324,10 +324,9 @@ def answer_key_balance(root: Path | None = None) -> list[str]:
 
 # --- Words a student must never read (issue 13) --------------------------------------------
 # The course is built from internal lecture material and run by a team with its own vocabulary;
-# students saw none of it. ("the seeds" alone is the experiments' random seeds, a word students need.)
+# students saw none of it.
 INTERNAL_WORDS = re.compile(
-    r"\bseed (lecture|document|notebook|code|material)s?\b|"
-    r"\bthe seeds?(?:'s?)? (lecture|document|notebook|code|material|course|version|reference)s?\b|COURSE_SPEC|"
+    r"\bseed (lecture|document|notebook|code|material)s?\b|\bthe seeds?\b|COURSE_SPEC|"
     r"\bspec(ification)? ?§|\bissue #?\d+|\bbank\b|\bgates?\b|\bsession \d|\bCEO\b",
     re.I)
 
