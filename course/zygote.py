@@ -47,7 +47,7 @@ READY = "course-zygote ready"
 # and torch._dynamo, which the first meta-device op and the Hugging Face model classes pull in.
 PRELOAD = ["numpy", "torch", "torch._dynamo", "matplotlib", "matplotlib.pyplot", "seaborn", "pandas",
            "transformers", "transformers.models.bert.modeling_bert",
-           "transformers.models.gpt2.modeling_gpt2", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel"]
+           "transformers.models.gpt2.modeling_gpt2", "peft", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel"]
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
