@@ -33,9 +33,7 @@ WRONG = [
           edits={"render_chat": Sub("    if add_generation_prompt:\n", "    if False:\n")},
           loses=CHAT),
     Wrong("chat_unknown_role_keyerror", "no role check: an unknown role fails with the dictionary's KeyError",
-          edits={"render_chat": Sub("        if message[\"role\"] not in (\"system\", \"user\", \"assistant\"):\n"
-                                    "            raise ValueError(f\"unknown role {message['role']!r}: a message's role is "
-                                    "'system', 'user' or 'assistant'\")\n", "")},
+          edits={"render_chat": Sub('if message["role"] not in ("system", "user", "assistant"):', "if False:")},
           loses=["test_render_chat_hidden"]),
     Wrong("chat_mask_of_ints", "the mask holds 0 and 1 instead of bools",
           edits={"render_chat": Sub("mask += [False] + [trained] * (len(content) + 1)",
@@ -62,10 +60,10 @@ WRONG = [
           edits={"masked_loss": Sub("return ids.masked_fill(~mask, IGNORE_INDEX)", "return ids.masked_fill_(~mask, IGNORE_INDEX)")},
           loses=LOSS),
     Wrong("loss_nan_when_nothing_counts", "no check: a batch with nothing to train on returns nan silently",
-          edits={"masked_loss": Sub("    if not bool((targets != IGNORE_INDEX).any()):\n        raise ValueError(", "    if False:\n        raise ValueError(")},
+          edits={"masked_loss": Sub("    if not (targets != IGNORE_INDEX).any():\n        raise ValueError(", "    if False:\n        raise ValueError(")},
           loses=["test_masked_loss_hidden"]),
     Wrong("loss_checks_unshifted_labels", "the nothing-to-train check looks at every label, position 0's too",
-          edits={"masked_loss": Sub("if not bool((targets != IGNORE_INDEX).any()):", "if not bool((labels != IGNORE_INDEX).any()):")},
+          edits={"masked_loss": Sub("if not (targets != IGNORE_INDEX).any():", "if not (labels != IGNORE_INDEX).any():")},
           loses=["test_masked_loss_hidden"]),
     Wrong("loss_in_half_precision", "computes the loss in the logits' dtype (float16 stays float16)",
           edits={"masked_loss": Sub("logits[:, :-1].reshape(-1, logits.size(-1)).float()", "logits[:, :-1].reshape(-1, logits.size(-1))")},
@@ -150,7 +148,7 @@ WRONG = [
           loses=["test_dpo_loss_hidden"]),
     # ---- merge_lora (bonus)
     Wrong("merge_keeps_adapters", "returns the model with its LoRA layers in place",
-          edits={"merge_lora": Sub("            setattr(model.get_submodule(parent_name) if parent_name else model, child, module.merged())",
+          edits={"merge_lora": Sub("            (model.get_submodule(parent_name) if parent_name else model).add_module(child, module.merged())",
                                    "            pass")},
           loses=BONUS),
     # ---- the predictions
@@ -240,7 +238,7 @@ def apply_lora(model, target_modules, rank, alpha):
         for name, child in list(module.named_children()):
             full = prefix + name
             if isinstance(child, nn.Linear) and any(full == t or full.endswith("." + t) for t in target_modules):
-                setattr(module, name, LoRALinear(child, rank, alpha))
+                module.add_module(name, LoRALinear(child, rank, alpha))
                 count += 1
             else:
                 visit(child, full + ".")
@@ -268,7 +266,7 @@ def merge_lora(model):
     def visit(module):
         for name, child in list(module.named_children()):
             if isinstance(child, LoRALinear):
-                setattr(module, name, child.merged())
+                module.add_module(name, child.merged())
             else:
                 visit(child)
     visit(model)
