@@ -477,7 +477,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     torch.manual_seed(0)
-    ns = load()
+    ns = load(upto="06_gpt")       # the components it times; 07's saved cells prepare that notebook's data
     lengths = [64, 256] if args.quick else [64, 256, 1024]
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     if args.gpt:

@@ -14,7 +14,11 @@ PRELUDE = "import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.fun
 
 
 def load(upto: str | None = None, root: Path | None = None) -> dict:
-    """Namespace with every saved component of the notebooks up to ``upto`` (default: all)."""
+    """Namespace with every saved component of the notebooks up to ``upto`` (default: all).
+
+    Up to 06 the saved cells are components (modules and functions). 07's also run that notebook's
+    data preparation and read its run settings (``GRADING``, ``progress``, ...), which a notebook's own
+    first cells define: a tool that needs only the components loads up to "06_gpt"."""
     root = root or repo_root()
     ns: dict = {"__name__": "course_reference"}
     exec(PRELUDE, ns)
