@@ -68,6 +68,7 @@ else:
     ]
     c.Autograde.autograde_preprocessors = [
         "course.sandbox.SandboxedExecute",
+        "course.judge.JudgeTests",
         "nbgrader.preprocessors.IgnorePattern",
         "nbconvert.preprocessors.ClearMetadataPreprocessor",
         "nbgrader.preprocessors.LimitOutput",

@@ -28,13 +28,15 @@ DEMO_BUG = {
 
 TAMPER = ("import IPython\n"
           "IPython.get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])\n")
-TAMPER_NOTE = "every later cell, hidden tests included, would run as `pass`: held for review"
+TAMPER_NOTE = ("every later cell, hidden checks included, would run as `pass`: a judged notebook "
+               "earns nothing from it, any other is held for review")
 
 
 def tampered(assignment: str, root: Path):
-    """The reference with TAMPER at the top of its first answer cell (course/policy.py holds it)."""
+    """The untouched release with TAMPER at the top of its first answer cell: it must earn nothing
+    (course/judge.py decides judged notebooks outside the kernel; course/policy.py holds the rest)."""
     from . import cells as C
-    nb = bank.reference_submission(assignment, root)
+    nb = C.read(release_notebook(assignment, root))
     first = next(c for c in nb.cells if c.cell_type == "code" and C.is_solution(c))
     first.source = TAMPER + first.source
     return nb
@@ -62,7 +64,7 @@ def demo(assignment: str = "01_attention", out: Path | None = None) -> int:
         print(f"Demo class for {assignment} in a scratch nbgrader course ({tmp}):")
         print("  reference = the reference solutions; untouched = the release as handed out;")
         print(f"  buggy = {bug.description}")
-        print(f"  tampered = the reference solutions plus two lines that reach IPython's shell ({TAMPER_NOTE})")
+        print(f"  tampered = the untouched release plus two lines that reach IPython's shell ({TAMPER_NOTE})")
         run = grading.grade_class(assignment, students, Path(tmp), root)
         ws = grading.Workspace(Path(tmp), root)
         fb = ws.feedback(assignment)
@@ -87,7 +89,6 @@ def demo(assignment: str = "01_attention", out: Path | None = None) -> int:
     ok = (all(c.full for c in run.results["reference"].auto_cells.values())
           and all((c.score or 0) == 0 for c in run.results["untouched"].cells.values())
           and set(lost) == set(bug.loses)
-          and run.results["tampered"].held is not None
           and all((c.score or 0) == 0 for c in run.results["tampered"].auto_cells.values()))
     print("demo: " + ("OK, every grade is as expected" if ok else "UNEXPECTED GRADES, see the table"))
     return 0 if ok else 1

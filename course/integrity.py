@@ -109,12 +109,13 @@ def _prologue(nb, test_source: str) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
-def stamp(nb) -> dict[int, tuple[str, str]]:
+def stamp(nb, skip=()) -> dict[int, tuple[str, str]]:
     """Give every autograded test cell its references and a fresh token; returns
-    {cell index: (original source, token)} for `verify_stamps`."""
+    {cell index: (original source, token)} for `verify_stamps`. Cells in `skip` (judged by
+    course/judge.py, whose verdict never comes from the kernel) get none."""
     stamps = {}
     for index, cell in enumerate(nb.cells):
-        if not C.is_autograded_test(cell):
+        if not C.is_autograded_test(cell) or index in skip:
             continue
         token = secrets.token_hex(16)
         prologue = _prologue(nb, cell.source)
@@ -183,6 +184,12 @@ class ScoreOnlyTests(NbGraderPreprocessor):
         reasons += list((resources or {}).pop(HELD_KEY, []))
         reasons += guard_refusals(nb)
         nb, resources = super().preprocess(nb, resources)
+        from .judge import is_all_judged
+        if reasons and is_all_judged(resources):
+            # Every point of this notebook was decided by course/judge.py from the kernel's answers
+            # alone: what the policy or the guard saw can no longer change a grade. It is advice.
+            self.log.info("code policy (advice, no effect on the grade): %s", "; ".join(reasons[:8]))
+            reasons = []
         if reasons:
             self.log.warning("integrity: held for review: %s", "; ".join(reasons))
             message = (HELD_PREFIX + " this submission was not scored automatically because its "

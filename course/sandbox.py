@@ -296,11 +296,13 @@ class SandboxedExecute(Execute):
     def preprocess(self, nb, resources=None, km=None):
         """nbgrader's Execute, each test cell stamped to prove it ran as written
         (course/integrity.py)."""
-        from . import integrity
-        stamps = integrity.stamp(nb)
+        from . import integrity, judge
+        judged = judge.prepare(nb, resources)   # judged cells: the kernel answers, course.judge decides
+        stamps = integrity.stamp(nb, skip=judged)
         try:
             nb, resources = self._execute(nb, resources, km)
         finally:
+            judge.restore(nb, resources)
             tampered = integrity.verify_stamps(nb, stamps)
             from . import submitted
             submitted.restore(nb)          # results_ cells show the output the student submitted

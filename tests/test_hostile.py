@@ -121,11 +121,11 @@ CASES = {
     "long_sleep": (notebook(positional_encoding=lambda t: "import time\ntime.sleep(3600)\n" + t), None, PE, None),
     "memory_hog": (notebook(scaled_dot_product_attention=lambda t: "hog = bytearray(64 * 1024 ** 3)\n" + t),
                    None, SDPA, None),
-    # os and sys are outside the code policy (course/policy.py): held for review, all cells 0,
-    # and the class goes on
-    "os_exit": (notebook(causal_mask=lambda t: "import os\nos._exit(1)\n" + t), None, None, None),
-    "sys_exit": (notebook(masked_softmax=lambda t: "import sys\nsys.exit(0)\n" + t), None, None, None),
-    "segfault_ctypes": (notebook(causal_mask=lambda t: "import ctypes\nctypes.string_at(0)\n" + t), None, None, None),
+    # 01 is judged (course/judge.py): nothing is held, a crash costs the cells of what it took
+    # down, and the class goes on
+    "os_exit": (notebook(causal_mask=lambda t: "import os\nos._exit(1)\n" + t), None, CAUSAL, None),
+    "sys_exit": (notebook(masked_softmax=lambda t: "import sys\nsys.exit(0)\n" + t), None, MASKED, None),
+    "segfault_ctypes": (notebook(causal_mask=lambda t: "import ctypes\nctypes.string_at(0)\n" + t), None, CAUSAL, None),
     "edited_tests": (edit_cells(notebook(scaled_dot_product_attention=buggy_sdpa), _blank_sdpa_tests), None, SDPA, None),
     "deleted_tests": (edit_cells(notebook(scaled_dot_product_attention=buggy_sdpa), _delete_sdpa_tests), None, SDPA, None),
     "changed_points": (edit_cells(notebook(scaled_dot_product_attention=buggy_sdpa), _inflate_points), None, SDPA, None),
@@ -134,15 +134,15 @@ CASES = {
                              "torch.allclose = lambda *a, **k: True\n"
                              "torch.testing.assert_close = lambda *a, **k: None\n"
                              "numpy.allclose = lambda *a, **k: True\n"
-                             "import builtins\nbuiltins.abs = lambda x: 0\n"), None, None, None),
+                             "import builtins\nbuiltins.abs = lambda x: 0\n"), None, SDPA, None),
     "rebind_checks": (notebook(scaled_dot_product_attention=lambda t: buggy_sdpa(t) +
-                               "\ndef check_close(*args, **kwargs):\n    return None\n"), None, None, None),
+                               "\ndef check_close(*args, **kwargs):\n    return None\n"), None, SDPA, None),
     "permissive_eq": (notebook(scaled_dot_product_attention=lambda t: buggy_sdpa(t) + '''
 class Anything(torch.Tensor):
     def __eq__(self, other):
         return True
-'''), None, None, None),
-    "steal_solutions": (notebook(answers=STEAL), None, None, None),
+'''), None, SDPA, None),
+    "steal_solutions": (notebook(answers=STEAL), None, QUIZ, None),
     "huge_output": (notebook(Embedding=lambda t: t + "\nfor i in range(200000):\n    print(i)\n"), None, set(), None),
     "copy_of_name": (notebook(), "Copy of 01_attention.ipynb", set(), None),
     "numbered_name": (notebook(), "01_attention (1).ipynb", set(), None),

@@ -59,7 +59,7 @@ def causal_mask(size):
     Wrong("embedding_repeated_row", "Embedding fills every row with the same random vector (rows not independent)",
           {"Embedding": Sub("nn.init.normal_(self.embed.weight, mean=0.0, std=embed_dim ** -0.5)",
                             "self.embed.weight.data.copy_((torch.randn(1, embed_dim) * embed_dim ** -0.5).expand(vocab_size, -1))")},
-          ["test_Embedding_hidden"]),
+          ["test_Embedding_visible", "test_Embedding_hidden"]),
     Wrong("sdpa_bmm", "torch.bmm: exactly one batch dimension (fails on (batch, head) inputs)",
           {"scaled_dot_product_attention": [Sub("scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)",
                                                 "scores = torch.bmm(query, key.transpose(-2, -1)) / math.sqrt(d_k)"),

@@ -2,10 +2,11 @@
 scored (issue 27). Every route is graded through `course grade` with the sandbox, in one class.
 
 Each route is added to the same base submission: the reference solutions with a wrong
-`scaled_dot_product_attention` (no 1/sqrt(d_k)) and every quiz answer wrong. Without defences,
-a route that works turns the SDPA and quiz checks into passes. With them, no route earns a point
-of those cells, and a route the policy can see is *held for review* (every autograded cell 0,
-the reason in the notebook). `docs/grading-safely.md` lists each route in one line.
+`scaled_dot_product_attention` (no 1/sqrt(d_k)) and every quiz answer wrong. Against the old
+in-kernel defences a route that worked turned the SDPA and quiz checks into passes. 01 is now
+judged (course/judge.py): the kernel only answers, so no route earns a point of those cells or
+raises the total above the base's, and nothing is held (the code policy is advice). These are the
+regression cases of issue 27; tests/hostile/test_judge.py grants the attacker the whole kernel.
 """
 from __future__ import annotations
 
@@ -145,8 +146,6 @@ SDPA_ROUTES = {
 """,
 }
 ROUTES.update({name: "" for name in SDPA_ROUTES})
-# Routes that use only what the policy allows: the runtime guard or the checks alone must stop them.
-RUNTIME_ONLY = {"foreign_module_file", "mutate_inputs"}
 
 
 def base_answers():
@@ -212,9 +211,8 @@ def test_route_earns_nothing(graded, route):
     assert res.error is None, f"{route} was not graded: {res.error}"
     unearned = {g: res.cells[g].score for g in TARGET if res.cells[g].score}
     assert not unearned, f"{route} earned points it did not earn: {unearned}"
-    if route in RUNTIME_ONLY:
-        base = results["base"]
-        assert res.total <= base.total, f"{route} scored {res.total} > the base's {base.total}"
-    else:
-        assert held(root, route), f"{route} was not held for review"
-        assert res.total == 0, f"{route} is held but scored {res.total}"
+    # 01 is judged (course/judge.py): the policy is advice and holds nothing; no route raises the
+    # score above what the base's own answers earn.
+    base = results["base"]
+    assert res.total <= base.total, f"{route} scored {res.total} > the base's {base.total}"
+    assert not held(root, route), f"{route} was held: a judged notebook is never held"

@@ -1,0 +1,221 @@
+"""The attacker owns the kernel (issue 34): grades of a judged notebook hold with every defence
+inside the kernel switched off.
+
+01_attention is judged (course/judge.py): its kernel only answers, and the grader's own process
+decides every point. Here the code policy is off (`ScoreOnlyTests.enforce_policy = False`), the
+runtime guard is off (`COURSE_KERNEL_GUARD=off`) and judged cells carry no completion token, so
+code in the submission can do anything Python can: patch torch, numpy, the check helpers,
+`print` and `sys.stdout`, IPython's transformers and hooks, `run_check` and the function that
+sends the answers, and send answers of its own, including the reference's answers recorded at an
+earlier grading. Each attack is added to a blank notebook (it must earn nothing) and to a wrong
+one (it must earn no more than the wrong one earns without it), graded through `course grade`
+with the sandbox.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from course import bank, cells as C, grading, judge
+from course.paths import release_notebook, source_notebook
+from conftest import ROOT
+
+A = "01_attention"
+WRONG_CELLS = {"test_sdpa_visible", "test_sdpa_hidden", "test_q1", "test_q2", "test_q3", "test_q5"}
+
+SEND = ("def send(name, answer):\n"
+        "    from IPython.display import display\n"
+        f"    display({{{judge.MIME!r}: {{'check': name, 'answer': answer}}}}, raw=True)\n")
+
+
+def recorded_answers() -> dict:
+    """The reference solutions' answers to every check at one grading (seed 777), as the kernel
+    sent them: what a student could collect from an earlier grading, with the quiz answers wrong."""
+    from nbclient import NotebookClient
+    nb = bank.reference_submission(A, ROOT)
+    at = next(i for i, c in enumerate(nb.cells) if C.grade_id(c) == "checks")
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(f"{judge.SEED_NAME} = 777"))
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(ROOT)}}).execute()
+    found = {}
+    for cell in nb.cells:
+        answers, _, _ = judge.answers_of(cell)
+        found.update(answers)
+    for name in ("Q1", "Q2", "Q3"):
+        found[name] = "a"
+    found["Q5"] = 0.0
+    return found
+
+
+def attacks(recorded: dict) -> dict[str, str]:
+    replay = json.dumps(recorded)
+    every = sorted(recorded)
+    return {
+        # answers of its own, sent by hand: zeros, garbage and the format's corners
+        "forged_payloads": SEND + (
+            "import torch\n"
+            "for name in %r:\n"
+            "    send(name, {'__tensor__': ['float32', [2, 2], 'AAAAAAAAAAAAAAAAAAAAAA==']})\n"
+            "    send(name, {'__raised__': ['Passed', 'ok']})\n" % (every,)),
+        # the reference's answers recorded at an earlier grading, replayed for every check
+        "replayed_answers": SEND + (
+            f"import json\nRECORDED = json.loads({replay!r})\n"
+            "def run_check(name, inputs, ask, judge):\n"
+            "    send(name, RECORDED.get(name))\n"
+            "def check_seed(name):\n    return 777\n"),
+        # IPython rewrites every later cell, hidden checks included
+        "rewrite_later_cells": (
+            "import IPython\n"
+            "IPython.get_ipython().input_transformers_cleanup.append(\n"
+            "    lambda lines: ['print(\"checks passed\")\\n'] if any('run_check' in l for l in lines) else lines)\n"),
+        # the seed line cut from every test cell, so run_check judges in the kernel, with checks that pass
+        "strip_seed_and_helpers": (
+            "import IPython\n"
+            f"IPython.get_ipython().input_transformers_cleanup.append(\n"
+            f"    lambda lines: [l for l in lines if not l.startswith({judge.SEED_NAME!r})])\n"
+            "def check_true(*a, **k):\n    return None\n"
+            "def check_close(*a, **k):\n    return None\n"
+            "def check_shape(*a, **k):\n    return None\n"
+            "def check_rows_sum_to_one(*a, **k):\n    return None\n"),
+        # everything the old defences named: libraries, built-ins, streams, hooks, a numeric result
+        "patch_everything": (
+            "import builtins, sys, io, numpy, torch, IPython\n"
+            "import torch.nn.functional as F\n"
+            "torch.allclose = lambda *a, **k: True\n"
+            "torch.Tensor.__eq__ = lambda self, other: torch.ones((), dtype=torch.bool)\n"
+            "torch.Tensor.all = lambda self, *a, **k: torch.tensor(True)\n"
+            "F.scaled_dot_product_attention = lambda *a, **k: torch.zeros(1)\n"
+            "numpy.allclose = lambda *a, **k: True\n"
+            "builtins.abs = lambda x: 0\n"
+            "builtins.print = lambda *a, **k: None\n"
+            "sys.stdout = io.StringIO()\n"
+            "class Pass(Exception):\n    pass\n"
+            "CheckError = Pass\n"
+            "IPython.get_ipython().set_custom_exc((BaseException,), lambda *a, **k: None)\n"
+            "IPython.get_ipython().events.register('post_run_cell', lambda result: None)\n"
+            "IPython.get_ipython().display_formatter.formatters['text/plain'].for_type(int, lambda o, p, c: p.text('1e9'))\n"),
+        # the sending function itself replaced, and a score-like result left in every test cell
+        "replace_sender": (
+            "import IPython\n"
+            "def encode_answer(value):\n    return {'__raised__': ['Passed', '']}\n"
+            "IPython.get_ipython().input_transformers_cleanup.append(\n"
+            "    lambda lines: lines + ['\\n1e9\\n'] if any('run_check' in l for l in lines) else lines)\n"),
+        # the same answer twice (a forged one first), and an answer too large to accept
+        "duplicate_and_huge": SEND + (
+            "import base64\n"
+            "HUGE = [base64.b64encode(bytes(16 * 1024 ** 2)).decode()]\n"
+            "def run_check(name, inputs, ask, judge):\n"
+            "    if HUGE:\n"
+            "        send(name, {'__tensor__': ['float32', [4 * 1024 ** 2], HUGE.pop()]})\n"
+            "    send(name, None)\n"
+            "    send(name, None)\n"),
+        # malformed data: shapes that lie, bad base64, deep nesting, unknown dtypes and tags
+        "malformed_answers": SEND + (
+            "def run_check(name, inputs, ask, judge):\n"
+            "    send(name, {'__tensor__': ['float32', [1000, 1000], 'AAAA']})\n"
+            "    send(name + ' ', {'__tensor__': ['object', [1], '!!']})\n"
+            "    deep = 0\n"
+            "    for _ in range(100):\n"
+            "        deep = [deep]\n"
+            "    send(name + '  ', deep)\n"
+            "    send(name + '   ', {'__import__': 'os'})\n"),
+    }
+
+
+def wrong_answers():
+    answers = bank.reference_solutions(A, ROOT)
+    answers["scaled_dot_product_attention"] = answers["scaled_dot_product_attention"].replace(" / math.sqrt(d_k)", "")
+    answers["answers"] = 'answer_q1 = "a"\nanswer_q2 = "a"\nanswer_q3 = "a"'
+    answers["answer_q5"] = "answer_q5 = 0.0"
+    return answers
+
+
+def with_attack(nb, code: str):
+    """The attack's code at the top of the notebook's first answer cell (it runs before every check)."""
+    first = next(c for c in nb.cells if c.cell_type == "code" and C.is_solution(c))
+    first.source = code + "\n" + first.source
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    recorded = recorded_answers()
+    root = tmp_path_factory.mktemp("judge")
+    ws = grading.Workspace(root, ROOT, [A], extra_config="c.Execute.timeout = 60\n"
+                                                          "c.ScoreOnlyTests.enforce_policy = False\n")
+    ws.generate(A)
+    students = {"blank": release_notebook(A, ROOT), "wrong": bank.filled_release(A, wrong_answers(), ROOT),
+                "reference": bank.reference_submission(A, ROOT)}
+    for name, code in attacks(recorded).items():
+        students[f"blank-{name}"] = with_attack(C.read(release_notebook(A, ROOT)), code)
+        students[f"wrong-{name}"] = with_attack(bank.filled_release(A, wrong_answers(), ROOT), code)
+    for student, nb in students.items():
+        ws.submit(student.replace("_", "-"), A, nb)
+    env = dict(os.environ, COURSE_KERNEL_GUARD="off")
+    proc = subprocess.run([sys.executable, "-m", "course.cli", "grade", A, "--course-dir", str(root),
+                           "--csv", str(root / "grades.csv"), "--allow-unsandboxed"],
+                          capture_output=True, text=True, timeout=3000, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = ws.results(A)
+    return root, {s: results[s.replace("_", "-")] for s in students}, recorded
+
+
+def test_the_recording_holds_every_check():
+    nb = C.read(source_notebook(A, ROOT))
+    names = set()
+    for cell in nb.cells:
+        if C.is_autograded_test(cell):
+            names |= set(__import__("re").findall(r'run_check\("([^"]+)"', cell.source))
+    assert len(names) >= 15
+
+
+@pytest.mark.slow
+def test_baselines(graded):
+    _, results, recorded = graded
+    assert len(recorded) >= 15, sorted(recorded)
+    assert all(c.full for c in results["reference"].auto_cells.values()), results["reference"].cells
+    assert results["blank"].total == 0
+    wrong = results["wrong"]
+    assert wrong.error is None and wrong.total > 0
+    assert not any(wrong.cells[g].score for g in WRONG_CELLS), "the wrong answers must lose their cells"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", sorted(attacks({"Q1": "a"})))
+def test_attack_on_a_blank_notebook_earns_nothing(graded, attack):
+    _, results, _ = graded
+    res = results[f"blank-{attack}"]
+    assert res.error is None, res.error
+    earned = {g: c.score for g, c in res.auto_cells.items() if c.score}
+    assert not earned, f"{attack} earned {earned} from a blank notebook"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", sorted(attacks({"Q1": "a"})))
+def test_attack_on_a_wrong_notebook_earns_no_more(graded, attack):
+    _, results, _ = graded
+    res, wrong = results[f"wrong-{attack}"], results["wrong"]
+    assert res.error is None, res.error
+    assert res.total <= wrong.total, f"{attack}: {res.total} > {wrong.total} without it"
+    unearned = {g: res.cells[g].score for g in WRONG_CELLS if res.cells[g].score}
+    assert not unearned, f"{attack} earned {unearned}"
+
+
+@pytest.mark.slow
+def test_feedback_is_the_judges_words(graded):
+    """What a judged test cell shows after grading is the judge's verdict, never the kernel's output."""
+    root, _, _ = graded
+    for student in ("blank-forged-payloads", "wrong-patch-everything", "reference"):
+        nb = nbformat.read(root / "autograded" / student / A / f"{A}.ipynb", 4)
+        for cell in nb.cells:
+            if not C.is_autograded_test(cell):
+                continue
+            kinds = [(o.output_type, o.get("name")) for o in cell.outputs]
+            assert kinds in ([("stream", "stdout")], [("error", None)]), (student, C.grade_id(cell), kinds)
+            text = json.dumps(cell.outputs)
+            assert judge.MIME not in text and judge.SEED_NAME not in cell.source
