@@ -61,6 +61,11 @@ _JUDGE_REGION = re.compile(r"^[ \t]*" + re.escape(BEGIN_JUDGE) + r"[^\n]*\n(.*?)
                            + re.escape(END_JUDGE) + r"[^\n]*(?:\n|$)", re.S | re.M)
 
 
+# Modules the notebooks import only to show things: the judge draws nothing, so it does not pay for
+# their imports (a judge that needs one imports it itself).
+DISPLAY_ONLY = {"matplotlib", "seaborn", "bertviz", "IPython", "ipywidgets", "tqdm"}
+
+
 class AnswerError(ValueError):
     """An answer from the kernel that is not well-formed data."""
 
@@ -227,18 +232,23 @@ def answers_of(cell) -> tuple[dict, set, str | None]:
 # ----------------------------------------------------------------------------- the judge
 
 def _imports(source: str) -> list[str]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    from .policy import python_source
+    code, _ = python_source(source)          # IPython's own syntax (a Colab-only `!pip`) transformed
+    if code is None:
         return []
+    tree = ast.parse(code)
     return [ast.unparse(n) for n in tree.body
-            if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)]
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)
+            and not ({a.name.split(".")[0] for a in n.names} if isinstance(n, ast.Import)
+                     else {n.module.split(".")[0]}) & DISPLAY_ONLY]
 
 
 def namespace(cells, grading_seed) -> dict:
     """The judge's namespace: the instructor's set-up imports (every read-only cell's top-level
     imports) and the cells that define the check helpers (`run_check`), executed here."""
-    ns: dict = {"__name__": "course_judge", "__builtins__": builtins}
+    # GRADING: the notebooks' own switch to their tiny grading configuration, which the kernel's
+    # copy of the set-up reads from nbgrader's environment; the judge always grades.
+    ns: dict = {"__name__": "course_judge", "__builtins__": builtins, "GRADING": True}
     lines = []
     helpers = []
     for c in cells:

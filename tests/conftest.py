@@ -42,3 +42,4 @@ def graded(tmp_path_factory):
         return cache[assignment]
 
     return get
+

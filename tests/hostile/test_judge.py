@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -37,7 +38,7 @@ def recorded_answers() -> dict:
     """The reference solutions' answers to every check at one grading (seed 777), as the kernel
     sent them: what a student could collect from an earlier grading, with the quiz answers wrong."""
     from nbclient import NotebookClient
-    nb = bank.reference_submission(A, ROOT)
+    nb = C.read(source_notebook(A, ROOT))        # the hidden checks too
     at = next(i for i, c in enumerate(nb.cells) if C.grade_id(c) == "checks")
     nb.cells.insert(at + 1, nbformat.v4.new_code_cell(f"{judge.SEED_NAME} = 777"))
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
@@ -143,7 +144,7 @@ def with_attack(nb, code: str):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def attacked(tmp_path_factory):
     recorded = recorded_answers()
     root = tmp_path_factory.mktemp("judge")
     ws = grading.Workspace(root, ROOT, [A], extra_config="c.Execute.timeout = 60\n"
@@ -175,8 +176,8 @@ def test_the_recording_holds_every_check():
 
 
 @pytest.mark.slow
-def test_baselines(graded):
-    _, results, recorded = graded
+def test_baselines(attacked):
+    _, results, recorded = attacked
     assert len(recorded) >= 15, sorted(recorded)
     assert all(c.full for c in results["reference"].auto_cells.values()), results["reference"].cells
     assert results["blank"].total == 0
@@ -187,8 +188,8 @@ def test_baselines(graded):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", sorted(attacks({"Q1": "a"})))
-def test_attack_on_a_blank_notebook_earns_nothing(graded, attack):
-    _, results, _ = graded
+def test_attack_on_a_blank_notebook_earns_nothing(attacked, attack):
+    _, results, _ = attacked
     res = results[f"blank-{attack}"]
     assert res.error is None, res.error
     earned = {g: c.score for g, c in res.auto_cells.items() if c.score}
@@ -197,8 +198,8 @@ def test_attack_on_a_blank_notebook_earns_nothing(graded, attack):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", sorted(attacks({"Q1": "a"})))
-def test_attack_on_a_wrong_notebook_earns_no_more(graded, attack):
-    _, results, _ = graded
+def test_attack_on_a_wrong_notebook_earns_no_more(attacked, attack):
+    _, results, _ = attacked
     res, wrong = results[f"wrong-{attack}"], results["wrong"]
     assert res.error is None, res.error
     assert res.total <= wrong.total, f"{attack}: {res.total} > {wrong.total} without it"
@@ -207,9 +208,9 @@ def test_attack_on_a_wrong_notebook_earns_no_more(graded, attack):
 
 
 @pytest.mark.slow
-def test_feedback_is_the_judges_words(graded):
+def test_feedback_is_the_judges_words(attacked):
     """What a judged test cell shows after grading is the judge's verdict, never the kernel's output."""
-    root, _, _ = graded
+    root, _, _ = attacked
     for student in ("blank-forged-payloads", "wrong-patch-everything", "reference"):
         nb = nbformat.read(root / "autograded" / student / A / f"{A}.ipynb", 4)
         for cell in nb.cells:
@@ -219,3 +220,17 @@ def test_feedback_is_the_judges_words(graded):
             assert kinds in ([("stream", "stdout")], [("error", None)]), (student, C.grade_id(cell), kinds)
             text = json.dumps(cell.outputs)
             assert judge.MIME not in text and judge.SEED_NAME not in cell.source
+
+
+@pytest.mark.slow
+def test_a_second_grading_with_other_inputs_gives_the_same_scores(graded, tmp_path):
+    """Fresh inputs at every grading, the same grade: the reference, the untouched release and
+    every bank entry of 01 graded a second time (a new seed) score exactly as in the first."""
+    from conftest import class_for
+    first = graded(A)
+    second = grading.grade_class(A, class_for(A), tmp_path, ROOT, workers=2)
+    seeds = [re.findall(r"inputs from seed (\d+)", run.log) for run in (first, second)]
+    assert seeds[0] and seeds[1] and not set(seeds[0]) & set(seeds[1]), "each grading draws its own seeds"
+    for student, res in first.results.items():
+        again = second.results[student]
+        assert {g: c.score for g, c in res.cells.items()} == {g: c.score for g, c in again.cells.items()}, student
