@@ -115,6 +115,16 @@ def attacks(recorded: dict) -> dict[str, str]:
             "        send(name, {'__tensor__': ['float32', [4 * 1024 ** 2], HUGE.pop()]})\n"
             "    send(name, None)\n"
             "    send(name, None)\n"),
+        # answers cut short: the gradients a wrong answer gets wrong are left out of what is sent
+        "drop_gradients": (
+            "send_checked = run_check\n"
+            "def run_check(name, inputs, ask, judge):\n"
+            "    def short(x):\n"
+            "        got = ask(x)\n"
+            "        if isinstance(got, dict):\n"
+            "            got = {k: (type(v)() if k == 'grads' and isinstance(v, (dict, list)) else v) for k, v in got.items()}\n"
+            "        return got\n"
+            "    return send_checked(name, inputs, short, judge)\n"),
         # malformed data: shapes that lie, bad base64, deep nesting, unknown dtypes and tags
         "malformed_answers": SEND + (
             "def run_check(name, inputs, ask, judge):\n"
@@ -155,6 +165,9 @@ def attacked(tmp_path_factory):
     for name, code in attacks(recorded).items():
         students[f"blank-{name}"] = with_attack(C.read(release_notebook(A, ROOT)), code)
         students[f"wrong-{name}"] = with_attack(bank.filled_release(A, wrong_answers(), ROOT), code)
+    detached = next(e for e in bank.load(A, ROOT) if e.name == "sdpa_weights_detached")
+    students["detached"] = bank.apply(detached, A, ROOT)
+    students["detached-drop_gradients"] = with_attack(bank.apply(detached, A, ROOT), attacks({})["drop_gradients"])
     for student, nb in students.items():
         ws.submit(student.replace("_", "-"), A, nb)
     env = dict(os.environ, COURSE_KERNEL_GUARD="off")
@@ -234,3 +247,13 @@ def test_a_second_grading_with_other_inputs_gives_the_same_scores(graded, tmp_pa
     for student, res in first.results.items():
         again = second.results[student]
         assert {g: c.score for g, c in res.cells.items()} == {g: c.score for g, c in again.cells.items()}, student
+
+
+@pytest.mark.slow
+def test_a_shorter_answer_skips_no_check(attacked):
+    """Gradients left out of the answer fail the checks that need them (the judge iterates over its
+    own cases, never over what the kernel sent)."""
+    _, results, _ = attacked
+    base, cut = results["detached"], results["detached-drop_gradients"]
+    assert not base.cells["test_sdpa_hidden"].score, "the bank entry must lose the hidden SDPA cell"
+    assert not cut.cells["test_sdpa_hidden"].score and cut.total <= base.total, (cut.total, base.total)
