@@ -116,3 +116,20 @@ print(json.dumps({"preloaded": preloaded, "env": os.environ.get("HF_HUB_DISABLE_
     assert report["env"] == "1"
     assert stderr == [], f"a kernel forked from the zygote wrote to stderr while loading a BERT: {stderr!r}"
 
+
+def test_ignore_pattern_drops_a_whole_progress_bar_and_keeps_real_messages():
+    """nbgrader's IgnorePattern with the course's pattern, on the stderr outputs a test cell got
+    from transformers' progress bar (three stream messages: two updates, then the closing newline,
+    alone) and on messages that must still cost the cell its points."""
+    from nbformat.v4 import new_code_cell, new_output
+    from nbgrader.preprocessors import IgnorePattern
+    from traitlets.config.loader import PyFileConfigLoader
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    bar = ["\rLoading weights:   0%|          | 0/103 [00:00<?, ?it/s]",
+           "\rLoading weights: 100%|██████████| 103/103 [00:00<00:00, 9390.98it/s]", "\n", ""]
+    real = ["Traceback (most recent call last):\n", "error: the cache folder is not writable\n",
+            "\n  Segmentation fault\n", "COURSE-GUARD: refused ctypes.dlopen (...)\n", "0\n", "x"]
+    cell = new_code_cell("pass", outputs=[new_output("stream", name="stderr", text=t) for t in bar + real]
+                         + [new_output("stream", name="stdout", text="\n")])
+    cell, _ = IgnorePattern(config=config).preprocess_cell(cell, {}, 0)
+    assert [(o.name, o.text) for o in cell.outputs] == [("stderr", t) for t in real] + [("stdout", "\n")]
