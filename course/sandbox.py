@@ -173,12 +173,27 @@ KERNEL_ENV = {
 }
 KERNEL_ENV_PREFIXES = ("LC_",)   # the locale's categories (LC_ALL, LC_CTYPE, ...)
 
+# Settings every graded kernel gets, whatever the grader's environment says. Libraries read them
+# when they are imported, and a kernel forked from the zygote (course/zygote.py) runs with the
+# libraries the zygote imported: there a notebook's own `os.environ.setdefault(...)` before its
+# imports comes too late, so the zygote has to start with them (it starts with `kernel_env`).
+# HF_HUB_DISABLE_PROGRESS_BARS: huggingface_hub and transformers decide at import whether to draw
+# progress bars, and transformers draws one on stderr ("Loading weights") in every
+# from_pretrained; a test cell with output on stderr scores 0 (02's hidden check of
+# mha_from_bert loads a BERT). Every notebook sets it in its set-up cell, which is enough in a
+# fresh interpreter, and `nbgrader` run by the course tooling had it in its environment, but the
+# zygote that `course grade` starts itself did not.
+KERNEL_SETTINGS = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
 
 def kernel_env(env, spec_env=None) -> dict:
-    """The graded kernel's environment: the `KERNEL_ENV` entries of ``env`` (the grader's), and
-    what the kernel spec itself sets (``spec_env``: ipykernel's own settings, not the grader's)."""
+    """The graded kernel's environment (and the zygote's): the `KERNEL_ENV` entries of ``env``
+    (the grader's), what the kernel spec itself sets (``spec_env``: ipykernel's own settings, not
+    the grader's), and `KERNEL_SETTINGS`."""
     keep = set(KERNEL_ENV) | set(spec_env or {})
-    return {k: v for k, v in env.items() if k in keep or k.startswith(KERNEL_ENV_PREFIXES)}
+    kept = {k: v for k, v in env.items() if k in keep or k.startswith(KERNEL_ENV_PREFIXES)}
+    kept.update(KERNEL_SETTINGS)
+    return kept
 
 
 class SandboxedKernelManager(AsyncKernelManager):

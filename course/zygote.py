@@ -392,7 +392,9 @@ class Zygote:
         self.kernels_root = kernels_root
         self.socket = tempfile.mktemp(prefix="zygote-", suffix=".sock", dir=kernels_root)  # bound below
         # The zygote's starting environment is what every fork's /proc/self/environ shows: the
-        # kernel's allowlist (course.sandbox.KERNEL_ENV), never the grader's whole environment.
+        # kernel's allowlist (course.sandbox.KERNEL_ENV), never the grader's whole environment. It
+        # is also what the libraries preloaded below read when they are imported, for every fork:
+        # hence the kernels' fixed settings (course.sandbox.KERNEL_SETTINGS) are in it too.
         from .sandbox import kernel_env
         env = kernel_env(os.environ)
         env.pop(SOCKET_ENV, None)

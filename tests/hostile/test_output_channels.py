@@ -130,4 +130,6 @@ def test_kernel_env_keeps_only_the_allowlist():
            "KERNEL_SPEC_VAR": "1"}
     assert kernel_env(env, {"KERNEL_SPEC_VAR": "1"}) == {
         "PATH": "/bin", "LC_ALL": "C.UTF-8", "COURSE_KERNEL_MEMORY_GB": "4", "NBGRADER_EXECUTION": "autograde",
-        "KERNEL_SPEC_VAR": "1"}
+        "KERNEL_SPEC_VAR": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    # the kernels' fixed settings (course.sandbox.KERNEL_SETTINGS), whatever the grader exported
+    assert kernel_env({"HF_HUB_DISABLE_PROGRESS_BARS": "0"})["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
