@@ -809,7 +809,7 @@ def violations(student, read_only, tests=(), assignment=None, answer_names=()):
 # ------------------------------------------------------------------ in the student's notebook
 
 # The first line of the notebooks' policy cell (course/build.py): the check skips that cell.
-POLICY_CELL_MARK = "# The course's code policy (read-only"
+POLICY_CELL_MARK = "#@title Code policy (read-only)"
 
 
 def source_hash(source):
