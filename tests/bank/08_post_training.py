@@ -146,6 +146,15 @@ WRONG = [
     Wrong("dpo_default_beta_one", "the default beta is 1 instead of 0.1",
           edits={"dpo_loss": Sub("ref_rejected, beta=0.1):", "ref_rejected, beta=1.0):")},
           loses=["test_dpo_loss_hidden"]),
+    Wrong("render_prompt_after_user", "adds the generation prompt whenever the conversation ends with a user turn",
+          edits={"render_chat": Sub("if add_generation_prompt:",
+                                    'if add_generation_prompt or (messages and messages[-1]["role"] == "user"):')},
+          loses=["test_render_chat_hidden"]),
+    Wrong("logprob_in_logits_dtype", "the log-softmax in the logits' own dtype, cast to float32 after",
+          edits={"sequence_logprob": [Sub("logits = model(ids)[0][:, :-1].float()", "logits = model(ids)[0][:, :-1]"),
+                                      Sub("logp = F.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)",
+                                          "logp = F.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1).float()")]},
+          loses=["test_sequence_logprob_hidden"]),
     # ---- merge_lora (bonus)
     Wrong("merge_keeps_adapters", "returns the model with its LoRA layers in place",
           edits={"merge_lora": Sub("            (model.get_submodule(parent_name) if parent_name else model).add_module(child, module.merged())",
@@ -161,6 +170,9 @@ WRONG = [
 ]
 
 ALTERNATIVES = [
+    Alternative("dpo_detached_reference", "the reference's log-probabilities detached, as TRL does (the reference is frozen)",
+                edits={"dpo_loss": Sub("margin = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)",
+                                       "margin = (policy_chosen - ref_chosen.detach()) - (policy_rejected - ref_rejected.detach())")}),
     Alternative("answers_as_expressions", "the predictions written as the computations that give them",
                 edits={"answer_q1": Sub("answer_q1 = 2.0", "answer_q1 = (3 * 1.0 + 1 * 5.0) / 4"),
                        "answer_q2": Sub("answer_q2 = 18432", "answer_q2 = 2 * 8 * (4 * (64 + 64) + (64 + 256) + (256 + 64))")}),
