@@ -40,7 +40,8 @@ def submission():
     code = bank.reference_solutions(A, ROOT)
     forward = "        return self.embed(x)"
     assert forward in code["Embedding"]
-    code["Embedding"] = code["Embedding"].replace(forward, f"        print({MARKER[:5]!r} + {MARKER[5:]!r})  # the marker is in no source line\n" + forward) + "\n" + ENV_DUMP
+    code["Embedding"] = (code["Embedding"].replace(forward, f"        print({MARKER[:5]!r} + {MARKER[5:]!r})  # the marker is in no source line\n" + forward)
+                         + "\nEmbedding(3, 2)(torch.tensor([[0]]))\n" + ENV_DUMP)   # prints it here too: the code ran
     sdpa = " / math.sqrt(d_k)"
     assert sdpa in code["scaled_dot_product_attention"]
     code["scaled_dot_product_attention"] = code["scaled_dot_product_attention"].replace(sdpa, "")
@@ -82,14 +83,17 @@ def outputs_text(nb) -> str:
 def test_feedback_shows_no_output_of_submitted_code(run):
     graded, page = run
     autograded = nbformat.read(graded.autograded_notebook(STUDENT), as_version=4)
+    assert MARKER in outputs_text(autograded), "the marker should have been printed (else this test proves nothing)"
+    # 01 is judged (course/judge.py): the kernel printed the marker inside the test cells too (their `ask` calls
+    # Embedding), and the judge's verdict replaced those outputs.
     in_tests = [C.grade_id(c) for c in autograded.cells if C.is_autograded_test(c)
                 and MARKER in "".join(str(o) for o in c.get("outputs", []))]
-    assert in_tests, "the marker should have been printed from the test cells (else this test proves nothing)"
-    assert MARKER not in page, f"feedback shows what submitted code printed in {in_tests}"
+    assert not in_tests, f"a judged test cell kept what the kernel printed: {in_tests}"
+    assert MARKER not in page, "feedback shows what submitted code printed"
     assert "ENV-DUMP" not in page, "feedback shows a solution cell's output"
     text = html.unescape(re.sub(r"<[^>]+>", "", page))
     assert "not divided by sqrt(d_k)" in text, "feedback should carry the failing check's own message"
-    assert "AssertionError" in text
+    assert "CheckError" in text
     assert re.search(r"^\s*passed\s*$", text, re.M), "a passing test cell shows a 'passed' line"
     assert graded.results[STUDENT].cells["test_Embedding_hidden"].full
     assert not graded.results[STUDENT].cells["test_sdpa_hidden"].full
