@@ -231,36 +231,61 @@ def answers_of(cell) -> tuple[dict, set, str | None]:
 
 # ----------------------------------------------------------------------------- the judge
 
-def _imports(source: str) -> list[str]:
+def _statements(source: str) -> list[ast.stmt]:
     from .policy import python_source
     code, _ = python_source(source)          # IPython's own syntax (a Colab-only `!pip`) transformed
-    if code is None:
-        return []
-    tree = ast.parse(code)
-    return [ast.unparse(n) for n in tree.body
+    return [] if code is None else ast.parse(code).body
+
+
+def _imports(source: str) -> list[str]:
+    return [ast.unparse(n) for n in _statements(source)
             if isinstance(n, (ast.Import, ast.ImportFrom)) and not getattr(n, "level", 0)
             and not ({a.name.split(".")[0] for a in n.names} if isinstance(n, ast.Import)
                      else {n.module.split(".")[0]}) & DISPLAY_ONLY]
 
 
+def _definitions(source: str) -> list[str]:
+    """The functions, classes and call-free assignments (constants, aliases) of a read-only cell:
+    what a judge may name, without the cell's work (training, data, figures), which a judge never
+    needs and which would cost every grading its time."""
+    def call_free(node):
+        return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom))
+                       for n in ast.walk(node))
+    keep = []
+    for n in _statements(source):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            keep.append(ast.unparse(n))
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and call_free(n):
+            keep.append(ast.unparse(n))
+    return keep
+
+
 def namespace(cells, grading_seed) -> dict:
     """The judge's namespace: the instructor's set-up imports (every read-only cell's top-level
-    imports) and the cells that define the check helpers (`run_check`), executed here."""
+    imports), then the definitions of every read-only cell in notebook order (functions, classes,
+    call-free constants: the given code with the check helpers, and the set-up's helpers such as
+    06's `pretokenize`), executed here. Work a read-only cell does at its top level (training,
+    loading data) is not repeated: a judge builds its oracle from its inputs."""
     # GRADING: the notebooks' own switch to their tiny grading configuration, which the kernel's
     # copy of the set-up reads from nbgrader's environment; the judge always grades.
     ns: dict = {"__name__": "course_judge", "__builtins__": builtins, "GRADING": True}
-    lines = []
-    helpers = []
+    lines, definitions = [], []
     for c in cells:
         if c.cell_type != "code" or not C.is_locked(c) or C.is_autograded_test(c):
             continue
         lines += _imports(c.source)
-        if "def run_check(" in c.source:
-            helpers.append(c.source)
+        definitions += _definitions(c.source)
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile("\n".join(dict.fromkeys(lines)), "<judge set-up>", "exec"), ns)
-        for src in helpers:
-            exec(compile(src, "<judge check helpers>", "exec"), ns)
+        # The set-up's device switch, which definitions may take as a default: a judge runs on the CPU.
+        ns.update(device=ns["torch"].device("cpu"), ON_GPU=False) if "torch" in ns else None
+        for d in definitions:
+            try:
+                exec(compile(d, "<judge definitions>", "exec"), ns)
+            except NameError:   # a constant of the cell's skipped work (a slice of its data): no judge needs it
+                pass
+    if "run_check" not in ns:
+        raise RuntimeError("no read-only cell of this notebook defines run_check (the course's check helpers)")
     ns[SEED_NAME] = grading_seed
     return ns
 
