@@ -290,13 +290,15 @@ def namespace(cells, grading_seed) -> dict:
     return ns
 
 
-def judge_cell(ns: dict, grade_id: str, source: str, cell) -> tuple[bool, str, int]:
-    """(passed, the judge's message, checks judged) for one judged test cell."""
+def judge_cell(ns: dict, grade_id: str, source: str, cell, cpu: float | None = None) -> tuple[bool, str, int]:
+    """(passed, the judge's message, checks judged) for one judged test cell. `cpu`: the CPU
+    seconds the kernel spent on the cell, counted outside it (course/accounting.py), which a
+    timed check's judge receives."""
     answers, twice, error = answers_of(cell)
     judged = []
     check_error = ns.get("CheckError", AssertionError)
 
-    def run_check(name, inputs, ask, judge):
+    def run_check(name, inputs, ask, judge, timed=False):
         if error == "AnswerTooLarge":
             raise check_error("the answers of this cell are larger than the grader accepts "
                               f"({MAX_ANSWER_BYTES // 1024 ** 2} MB)")
@@ -315,7 +317,13 @@ def judge_cell(ns: dict, grade_id: str, source: str, cell) -> tuple[bool, str, i
             raise check_error(f"{name}: your code raised {got.kind} (run this cell in your notebook "
                               "to see the message)")
         x = inputs(ns["torch"].Generator().manual_seed(check_seed(ns[SEED_NAME], name)))
-        judge(x, got)
+        if timed:
+            if cpu is None:
+                raise check_error(f"{name}: the CPU time of your kernel could not be counted from outside it, "
+                                  "so this timed check cannot be judged (an instructor should see the grader's log)")
+            judge(x, got, cpu)
+        else:
+            judge(x, got)
         judged.append(name)
 
     cell_ns = dict(ns)
@@ -405,14 +413,14 @@ class JudgeTests(NbGraderPreprocessor):
                 failure = f"the judge could not start: {type(e).__name__}: {e}"
                 self.log.error("judge: %s", failure)
         passed = 0
-        for cell in nb.cells:
+        for index, cell in enumerate(nb.cells):
             gid = C.grade_id(cell)
             if not (C.is_autograded_test(cell) and gid in trusted):
                 continue
             if failure:
                 ok, message = False, failure
             else:
-                ok, message, _ = judge_cell(ns, gid, trusted[gid], cell)
+                ok, message, _ = judge_cell(ns, gid, trusted[gid], cell, (info.get("cpu") or {}).get(index))
             cell.source = trusted[gid]
             passed += ok
             cell.outputs = ([new_output("stream", name="stdout", text=message + "\n")] if ok else
