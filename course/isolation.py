@@ -218,12 +218,39 @@ def _set_limits() -> None:
             pass
 
 
+def _account(ipc_dir: Path, pid: int | None) -> None:
+    """Put the kernel's processes (`pid` and everything under it) into a control group of their
+    own and say which, for the grader (course/accounting.py). Never fatal: without a group the
+    rlimits still bound each process, and the grader falls back to counting the process tree."""
+    from . import accounting
+    group, placed, note = None, False, ""
+    try:
+        if pid is None:
+            note = "the kernel's process was not found on the host"
+        else:
+            group = accounting.KernelGroup.create(f"course-kernel-{os.getpid()}")
+            if group is None:
+                note = "no control group may be made here (cgroup v2 without delegation, or not writable)"
+            else:
+                accounting.place_tree(group, pid)
+                placed = True
+    except OSError as e:
+        note = f"control group failed: {e}"
+        print(f"course.isolation: the kernel's {note}", file=sys.stderr)
+    try:   # the grader removes the group with the kernel, placed or not
+        accounting.write_record(ipc_dir, pid, group, placed, note)
+    except OSError as e:
+        print(f"course.isolation: the kernel's accounting record: {e}", file=sys.stderr)
+
+
 def run_kernel(sock_path: str, own_dir: Path, ipc_dir: Path, cmd: list[str], env: dict,
                handle_signals: bool = True) -> int:
     """Ask the zygote for a kernel and stand in for it: return its exit code. The grader kills
     this process to kill the kernel; the zygote sees the connection close and kills the fork."""
+    from . import accounting
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     conn.connect(sock_path)
+    zygote = accounting.peer_pid(conn)
     request = {"own_dir": str(own_dir), "ipc_dir": str(ipc_dir), "cmd": cmd, "env": env}
     socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if handle_signals else ():
@@ -233,6 +260,8 @@ def run_kernel(sock_path: str, own_dir: Path, ipc_dir: Path, cmd: list[str], env
         if not data:
             return 1
         reply = json.loads(data)
+        if "pid" in reply:   # the fork: into its own control group before any cell runs
+            _account(ipc_dir, accounting.host_pid_of_fork(zygote, int(reply["pid"])))
         if "error" in reply:
             print(f"course.zygote refused the kernel: {reply['error']}", file=sys.stderr)
             return 2
@@ -260,6 +289,7 @@ def launch(argv: list[str]) -> None:
         cmd = [cmd[0], "-c", (Path(__file__).parent / "guard.py").read_text(), *cmd[3:]]
     if bwrap_works():
         cmd = bwrap_command(cmd, own_dir, ipc_dir)
+    _account(ipc_dir, os.getpid())   # this process becomes the kernel's sandbox: its group holds them all
     _set_limits()
     os.execvp(cmd[0], cmd)
 

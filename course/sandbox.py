@@ -93,6 +93,18 @@ def share_zygote(course_root: Path):
                 os.environ[k] = v
 
 
+def _memory_folder() -> str | None:
+    """/dev/shm where it is a writable tmpfs: the kernels' socket folders live there, so what a
+    kernel writes into its socket folder (which must be the host's, for the grader to connect)
+    is memory charged to the kernel's control group (course/accounting.py), never disk."""
+    try:
+        with open("/proc/self/mounts") as f:
+            shm = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in f)
+    except OSError:
+        return None
+    return "/dev/shm" if shm and os.access("/dev/shm", os.W_OK) else None
+
+
 def _kernels_root() -> Path:
     """This grader's folder of kernel socket folders (the zygote hides all but a fork's own);
     a shared zygote's, when this process uses one."""
@@ -100,7 +112,7 @@ def _kernels_root() -> Path:
     if os.environ.get(ZYGOTE_SOCKET_ENV) and os.path.exists(os.environ[ZYGOTE_SOCKET_ENV]):
         return Path(os.environ[ZYGOTE_SOCKET_ENV]).parent
     if _KERNELS_ROOT is None or not _KERNELS_ROOT.is_dir():
-        _KERNELS_ROOT = Path(tempfile.mkdtemp(prefix="course-kernels-"))
+        _KERNELS_ROOT = Path(tempfile.mkdtemp(prefix="course-kernels-", dir=_memory_folder()))
         atexit.register(shutil.rmtree, _KERNELS_ROOT, True)
     return _KERNELS_ROOT
 
@@ -156,7 +168,9 @@ KERNEL_ENV = {
     # the limits and isolation that course.isolation applies when it starts the kernel:
     # memory and CPU limits, figures kept or not (MPLBACKEND follows), the course folders
     # whose solutions the sandbox hides, fresh or zygote start, running without bubblewrap
-    "COURSE_KERNEL_MEMORY_GB", "COURSE_KERNEL_CPU_SECONDS", "COURSE_GRADING_FIGURES", "MPLBACKEND",
+    "COURSE_KERNEL_MEMORY_GB", "COURSE_KERNEL_CPU_SECONDS",
+    # the bounds of the kernel's control group (course/accounting.py), read by its launcher
+    "COURSE_KERNEL_GROUP_MEMORY_GB", "COURSE_KERNEL_TASKS", "COURSE_GRADING_FIGURES", "MPLBACKEND",
     "COURSE_ROOT", "COURSE_GRADING_ROOT", "COURSE_KERNEL_START", "COURSE_ALLOW_UNSANDBOXED",
     # the runtime guard (course/guard.py) switched off by the tests of the sandbox alone
     "COURSE_KERNEL_GUARD",
@@ -238,6 +252,8 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)
+        from . import accounting
+        accounting.remove(self._ipc_dir)       # the kernel's control group, with anything left in it
         if not restart:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
@@ -284,6 +300,22 @@ def _first_line(source: str) -> str:
     return ""
 
 
+MAX_CELL_OUTPUT = 96 * 1024 ** 2
+MAX_NOTEBOOK_OUTPUT = 512 * 1024 ** 2
+_OUTPUT_MESSAGES = {"stream", "display_data", "execute_result", "error", "update_display_data"}
+
+
+def _output_size(content) -> int:
+    """About the bytes an output message adds to a notebook (its text and data)."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, dict):
+        return sum(_output_size(v) for v in content.values())
+    if isinstance(content, (list, tuple)):
+        return sum(_output_size(v) for v in content)
+    return 8
+
+
 class SandboxedExecute(Execute):
     """nbgrader's Execute preprocessor, with the sandboxed kernel (see the module docstring).
 
@@ -312,6 +344,7 @@ class SandboxedExecute(Execute):
         """nbgrader's Execute, each test cell stamped to prove it ran as written
         (course/integrity.py)."""
         from . import integrity, judge
+        self._output_bytes, self._output_capped, self._cpu_counter = {}, set(), None
         judged = judge.prepare(nb, resources)   # judged cells: the kernel answers, course.judge decides
         stamps = integrity.stamp(nb, skip=judged)
         try:
@@ -360,9 +393,49 @@ class SandboxedExecute(Execute):
                 self._cell_seconds.append((index, time.perf_counter() - t0))
         return self._preprocess_cell(cell, resources, index)
 
+    def process_message(self, msg, cell, cell_index):
+        """nbclient's, with the output a kernel may send capped while the cell runs: past
+        MAX_CELL_OUTPUT bytes in one cell, or MAX_NOTEBOOK_OUTPUT in the notebook, outputs are
+        dropped as they arrive (one note says so), so a submission that prints without end
+        cannot grow the grader's memory or the graded notebook. A judged cell's answers (at most
+        course.judge.MAX_ANSWER_BYTES) fit under the cell's cap."""
+        if msg.get("msg_type") in _OUTPUT_MESSAGES:
+            size = _output_size(msg.get("content") or {})
+            used = getattr(self, "_output_bytes", {})
+            self._output_bytes = used
+            used[cell_index] = used.get(cell_index, 0) + size
+            used[-1] = used.get(-1, 0) + size
+            if used[cell_index] > MAX_CELL_OUTPUT or used[-1] > MAX_NOTEBOOK_OUTPUT:
+                capped = getattr(self, "_output_capped", set())
+                self._output_capped = capped
+                if cell_index not in capped:
+                    capped.add(cell_index)
+                    from nbformat.v4 import new_output
+                    self.log.warning("cell %s: output past the grader's cap dropped", cell_index)
+                    cell.outputs.append(new_output("stream", name="stderr", text=(
+                        f"[the grader dropped this cell's output past {MAX_CELL_OUTPUT // 1024 ** 2} MB "
+                        f"(or the notebook's past {MAX_NOTEBOOK_OUTPUT // 1024 ** 2} MB)]\n")))
+                return None
+        return super().process_message(msg, cell, cell_index)
+
+    def _counter(self):
+        """The kernel's CPU counter, outside it (course/accounting.py), read once per kernel."""
+        from . import accounting
+        if getattr(self, "_cpu_counter", None) is None:
+            ipc = getattr(self.km, "_ipc_dir", None)
+            self._cpu_counter = accounting.Counter(accounting.read_record(ipc, wait=10) if ipc else None)
+            (self.log.info if self._cpu_counter.group else self.log.warning)(
+                "kernel resources counted by: %s", self._cpu_counter.how)
+        return self._cpu_counter
+
     def _preprocess_cell(self, cell, resources, index):
         from nbclient.exceptions import DeadKernelError
         from nbformat.v4 import new_output
+        from . import judge
+        info = (resources or {}).get(judge.KEY)
+        timed = info is not None and index in info.get("swapped", ())
+        counter = self._counter() if timed else None
+        before = counter.cpu_seconds() if counter else None
         try:
             return super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
@@ -375,6 +448,10 @@ class SandboxedExecute(Execute):
             self._restart_kernel()
             self._replay_read_only_cells(before=index)
             return cell, self.resources
+        finally:
+            after = counter.cpu_seconds() if counter else None
+            if before is not None and after is not None:
+                info.setdefault("cpu", {})[index] = after - before
 
     def _replay_read_only_cells(self, before: int):
         """Re-run the read-only cells (setup, check helpers, given code) above the crash, so
@@ -395,6 +472,7 @@ class SandboxedExecute(Execute):
         except Exception:  # the old channels may already be gone
             pass
         run_sync(self.km.restart_kernel)(now=True)
+        self._cpu_counter = None      # a new kernel, a new group
         self.kc = self.km.client()
         self.kc.start_channels()
         run_sync(self.kc.wait_for_ready)(timeout=self.startup_timeout)

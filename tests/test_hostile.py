@@ -352,7 +352,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 result = {
     "pid": os.getpid(),
     "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-    "kernels": glob.glob("/tmp/course-kernels-*/*"),
+    "kernels": glob.glob("/tmp/course-kernels-*/*") + glob.glob("/dev/shm/course-kernels-*/*"),
     "umount_proc": libc.umount2(b"/proc", 2),
     "umount_tmp": libc.umount2(b"/tmp", 2),
     "random": [random.random(), float(numpy.random.rand())],
