@@ -38,7 +38,6 @@ class StudentResult:
     assignment: str
     cells: dict[str, CellScore] = field(default_factory=dict)
     error: str | None = None     # why the submission could not be graded, if it could not
-    held: str | None = None      # why it was held for review (course/integrity.py), if it was
 
     @property
     def auto_cells(self) -> dict[str, CellScore]:
@@ -162,28 +161,12 @@ class Workspace:
                 for g in nb.grades:
                     res.cells[g.name] = CellScore(g.name, g.score if not g.needs_manual_grade else None,
                                                   float(g.max_score), g.name in manual)
-                res.held = held_reason(graded_nb)
                 out[student] = res
         return out
 
     def _manual_cells(self, assignment: str) -> set[str]:
         src = self.root / "source" / assignment / f"{assignment}.ipynb"
         return {C.grade_id(c) for c in C.read(src).cells if C.is_manual(c)}
-
-
-def held_reason(graded_nb: Path) -> str | None:
-    """The reasons an autograded notebook was held for review (course/integrity.py), or None."""
-    from .integrity import HELD_PREFIX
-    try:
-        nb = nbformat.read(str(graded_nb), as_version=4)
-    except Exception:
-        return None
-    for cell in nb.cells:
-        if C.is_autograded_test(cell):
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "error" and str(out.get("evalue", "")).startswith(HELD_PREFIX):
-                    return str(out.evalue)[len(HELD_PREFIX):].strip()
-    return None
 
 
 def grade_cells(assignment: str, root: Path | None = None) -> list[tuple[str, float, bool]]:
@@ -204,8 +187,6 @@ def write_csv(results: list[StudentResult], path: Path) -> Path:
                 w.writerow([r.student, r.assignment, "", "", "", r.error])
             for c in r.cells.values():
                 status = "manual" if c.manual and c.score is None else ("full" if c.full else "lost")
-                if r.held and not c.manual:
-                    status = "held for review: " + r.held
                 w.writerow([r.student, r.assignment, c.grade_id,
                             "" if c.score is None else c.score, c.max_score, status])
     return path

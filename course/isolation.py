@@ -285,8 +285,6 @@ def launch(argv: list[str]) -> None:
             sys.exit(run_kernel(zygote, own_dir, ipc_dir, cmd, dict(os.environ)))
         except ConnectionError:  # the zygote is gone: start this kernel the old way
             pass
-    if cmd[1:3] == ["-m", "ipykernel_launcher"]:  # the same audit hook as a forked kernel's
-        cmd = [cmd[0], "-c", (Path(__file__).parent / "guard.py").read_text(), *cmd[3:]]
     if bwrap_works():
         cmd = bwrap_command(cmd, own_dir, ipc_dir)
     _account(ipc_dir, os.getpid())   # this process becomes the kernel's sandbox: its group holds them all

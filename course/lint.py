@@ -68,6 +68,9 @@ def lint_source(assignment: str, root: Path) -> list[str]:
                 problems.append(f"{where}: test cell reads the wall clock ({clock}): a grade must not depend "
                                 "on the grading machine's load; judge speed by a ratio of CPU times "
                                 "(time.process_time) measured in one run, or count operations")
+        if C.is_autograded_test(cell) and "run_check(" not in cell.source:
+            problems.append(f"{where}: autograded test cell not written as judged checks (run_check): the grader "
+                            "gives it no points (course/integrity.py), since only the judge decides a point")
         if C.is_autograded_test(cell) and _trailing_expression(cell.source):
             problems.append(f"{where}: test cell ends in a bare expression (nbgrader would read it as a score)")
         if C.is_solution(cell) and cell.cell_type == "code":

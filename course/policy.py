@@ -1,16 +1,15 @@
-"""What student code may use: the course's allowlist, applied before a grade is given.
+"""What the course's solutions need from Python: an allowlist, applied as advice.
 
-Student code (every code cell that is neither read-only nor a test) may use only what this
-course's solutions, lecture cells and correct alternatives need; anything else holds the
-submission for review (docs/grading-safely.md has the table with the reason for each entry).
-The grader applies it to the cells by their nbgrader metadata (course/integrity.py); every
-notebook carries this same file in a read-only cell near its end (`course build` copies it),
-where `check_my_code()` applies it to what the student ran, so an honest student hears of a
-problem while working, with the line, the rule and what to use instead.
+Student code (every code cell that is neither read-only nor a test) is compared with what this
+course's solutions, lecture cells and correct alternatives use (modules, built-ins, attributes);
+lines that go beyond it are named in the grader's log (course/integrity.py), which helps an
+instructor reading an appeal. It never changes a grade: since issue 34 every point is decided by
+the judge (course/judge.py) outside the student's kernel, so no list has to close the
+interpreter, and an honest line the list lacks (`from torch import nn`, `copy.deepcopy`) costs
+nothing. docs/grading-safely.md has the table with the reason for each entry.
 
 It is an allowlist: a module, a built-in, an attribute that starts with an underscore, a module
-reached through an attribute, is refused unless this file names it. Only the standard library is
-imported here, so the notebooks can run it as it is.
+reached through an attribute, is flagged unless this file names it.
 """
 import ast
 import builtins
@@ -804,32 +803,3 @@ def violations(student, read_only, tests=(), assignment=None, answer_names=()):
         checker.visit(tree)
         reasons.extend(checker.reasons)
     return list(dict.fromkeys(reasons))
-
-
-# ------------------------------------------------------------------ in the student's notebook
-
-# The first line of the notebooks' policy cell (course/build.py): the check skips that cell.
-POLICY_CELL_MARK = "#@title Code policy (read-only)"
-
-
-def source_hash(source):
-    """How the notebook's own check recognises a read-only cell in the kernel's history."""
-    return hashlib.sha256(source.strip().encode()).hexdigest()[:20]
-
-
-def check_history(history, read_only_hashes, test_hashes, assignment=None, answer_names=()):
-    """The policy applied to the cells a kernel ran (IPython's input history): cells whose text
-    is a read-only or test cell of the release are the course's; every other one is the student's."""
-    seen, student, read_only, tests = set(), [], [], []
-    for number, source in enumerate(history):
-        key = source_hash(source)
-        if not source.strip() or key in seen or source.startswith(POLICY_CELL_MARK):
-            continue
-        seen.add(key)
-        if key in read_only_hashes:
-            read_only.append(source)
-        elif key in test_hashes:
-            tests.append((number, source))
-        else:
-            student.append((f"the cell you ran as [{number}]", source, number))
-    return violations(student, read_only, tests, assignment, answer_names)

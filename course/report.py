@@ -42,12 +42,6 @@ def score_table(results: list[StudentResult], cell_order: list[str]) -> str:
             got = sum(c.score or 0 for g, c in r.auto_cells.items() if keep(g))
             row.append(("ERROR" if r.error else f"{got:g}/{cells_max:g}").rjust(w))
         lines.append("  ".join(row))
-    held = [r for r in results if r.held]
-    if held:
-        row = ["held for review".ljust(width)] + [("HELD" if r.held else "").rjust(w) for r, w in zip(results, colw)]
-        lines.append("  ".join(row))
-        for r in held:   # the reasons, for the instructor who regrades by hand in formgrader
-            lines.append(f"{r.student}: held for review ({r.held[:400]})")
     return "\n".join(lines)
 
 

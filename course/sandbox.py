@@ -38,7 +38,6 @@ from .isolation import (CPU_SECONDS, FILE_BYTES, HIDDEN, MEMORY_BYTES, SandboxMi
                         allow_unsandboxed_from_env, bwrap_command, bwrap_works, course_checkouts,
                         course_root_of, kernel_start, launch, mode, python_folders_under,
                         require_sandbox)
-from .guard import IMPORTS_ENV as GUARD_IMPORTS_ENV
 from .isolation import SOCKET_ENV as ZYGOTE_SOCKET_ENV
 
 ZYGOTE_ROOT_ENV = "COURSE_ZYGOTE_ROOT"
@@ -172,8 +171,6 @@ KERNEL_ENV = {
     # the bounds of the kernel's control group (course/accounting.py), read by its launcher
     "COURSE_KERNEL_GROUP_MEMORY_GB", "COURSE_KERNEL_TASKS", "COURSE_GRADING_FIGURES", "MPLBACKEND",
     "COURSE_ROOT", "COURSE_GRADING_ROOT", "COURSE_KERNEL_START", "COURSE_ALLOW_UNSANDBOXED",
-    # the runtime guard (course/guard.py) switched off by the tests of the sandbox alone
-    "COURSE_KERNEL_GUARD",
     # nbgrader tells notebooks they are being graded (05-07 train smaller models then)
     "NBGRADER_EXECUTION", "NBGRADER_VALIDATING",
     # offline model and data loading, and where the caches are (02-07 load BERT and GPT-2)
@@ -244,7 +241,6 @@ class SandboxedKernelManager(AsyncKernelManager):
             z = zygote_for(course_root_of(own_dir))
             if z is not None:
                 env[ZYGOTE_SOCKET_ENV] = z.socket
-        env.setdefault(GUARD_IMPORTS_ENV, guard_imports(course_root_of(own_dir), own_dir.name))
         kw["env"] = env
         wrapped = [sys.executable, "-m", "course.isolation", str(own_dir), str(self._ipc_dir), "--",
                    *kernel_cmd]
@@ -256,28 +252,6 @@ class SandboxedKernelManager(AsyncKernelManager):
         accounting.remove(self._ipc_dir)       # the kernel's control group, with anything left in it
         if not restart:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
-
-
-def guard_imports(course_root: Path, assignment: str) -> str:
-    """The top-level modules a cell's own `import` may load in this notebook's kernel
-    (course/guard.py): the policy's allowlist and what the notebook's read-only and test cells
-    import. Empty (no limit) where the source notebook is not found."""
-    import ast
-    from . import cells as C
-    from . import policy
-    path = course_root / "source" / assignment / f"{assignment}.ipynb"
-    if not path.is_file():
-        return ""
-    tops = {m.split(".")[0] for m in policy.allowed_modules(assignment)}
-    for cell in C.read(path).cells:
-        if cell.cell_type == "code" and (C.is_locked(cell) or C.is_autograded_test(cell)):
-            code, _ = policy.python_source(cell.source)
-            for node in ast.walk(ast.parse(code)) if code else []:
-                if isinstance(node, ast.Import):
-                    tops |= {a.name.split(".")[0] for a in node.names}
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    tops.add(node.module.split(".")[0])
-    return ",".join(sorted(tops))
 
 
 def _kind(cell) -> str:
@@ -341,22 +315,17 @@ class SandboxedExecute(Execute):
             (self.log.info if bwrap_works() else self.log.warning)("kernel isolation: %s", mode())
 
     def preprocess(self, nb, resources=None, km=None):
-        """nbgrader's Execute, each test cell stamped to prove it ran as written
-        (course/integrity.py)."""
-        from . import integrity, judge
+        """nbgrader's Execute, with each judged test cell prepared for the judge (course/judge.py:
+        the instructor's source, a seed drawn for this grading) and put back afterwards."""
+        from . import judge
         self._output_bytes, self._output_capped, self._cpu_counter = {}, set(), None
-        judged = judge.prepare(nb, resources)   # judged cells: the kernel answers, course.judge decides
-        stamps = integrity.stamp(nb, skip=judged)
+        judge.prepare(nb, resources)   # the kernel answers, course.judge decides
         try:
             nb, resources = self._execute(nb, resources, km)
         finally:
             judge.restore(nb, resources)
-            tampered = integrity.verify_stamps(nb, stamps)
             from . import submitted
             submitted.restore(nb)          # results_ cells show the output the student submitted
-        if tampered and resources is not None:
-            integrity.hold(resources, "test cells ended without their completion token, so code "
-                                      "changed how cells run: " + ", ".join(tampered[:6]))
         return nb, resources
 
     def _execute(self, nb, resources=None, km=None):

@@ -64,7 +64,7 @@ def test_course_grade_reference_full_untouched_zero(course, assignment):
     assert "forked in namespaces of its own from a per-grader zygote" in proc.stdout, proc.stdout[:500]
     results = grading.Workspace.existing(course).results(assignment, ["reference", "untouched"])
     ref, untouched = results["reference"], results["untouched"]
-    assert ref.error is None and ref.held is None, (ref.error, ref.held)
+    assert ref.error is None, ref.error
     lost = {g: f"{c.score}/{c.max_score}" for g, c in ref.auto_cells.items() if not c.full}
     if lost:  # say what the test cells wrote, as nbgrader kept it
         nb = nbformat.read(course / "autograded" / "reference" / assignment / f"{assignment}.ipynb", 4)

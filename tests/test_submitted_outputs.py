@@ -95,7 +95,7 @@ def test_results_cell_shows_the_submitted_output_through_autograde(run):
     # Scores come from the re-run only: the reference keeps full marks, with or without the outputs.
     for student in (STUDENT, "blank"):
         result = run.results[student]
-        assert not result.error and not result.held, (student, result.error, result.held)
+        assert not result.error, (student, result.error)
         assert all(c.full for c in result.auto_cells.values()), \
             {k: c.score for k, c in result.auto_cells.items() if not c.full}
 

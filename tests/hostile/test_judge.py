@@ -2,9 +2,9 @@
 inside the kernel switched off.
 
 01_attention is judged (course/judge.py): its kernel only answers, and the grader's own process
-decides every point. Here the code policy is off (`ScoreOnlyTests.enforce_policy = False`), the
-runtime guard is off (`COURSE_KERNEL_GUARD=off`) and judged cells carry no completion token, so
-code in the submission can do anything Python can: patch torch, numpy, the check helpers,
+decides every point. No defence is left inside the kernel (no code policy that holds, no runtime
+guard, no completion token: issue 34 removed them), so code in the submission can do anything
+Python can: patch torch, numpy, the check helpers,
 `print` and `sys.stdout`, IPython's transformers and hooks, `run_check` and the function that
 sends the answers, and send answers of its own, including the reference's answers recorded at an
 earlier grading. Each attack is added to a blank notebook (it must earn nothing) and to a wrong
@@ -14,7 +14,6 @@ with the sandbox.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -157,8 +156,7 @@ def with_attack(nb, code: str):
 def attacked(tmp_path_factory):
     recorded = recorded_answers()
     root = tmp_path_factory.mktemp("judge")
-    ws = grading.Workspace(root, ROOT, [A], extra_config="c.Execute.timeout = 60\n"
-                                                          "c.ScoreOnlyTests.enforce_policy = False\n")
+    ws = grading.Workspace(root, ROOT, [A], extra_config="c.Execute.timeout = 60\n")
     ws.generate(A)
     students = {"blank": release_notebook(A, ROOT), "wrong": bank.filled_release(A, wrong_answers(), ROOT),
                 "reference": bank.reference_submission(A, ROOT)}
@@ -170,10 +168,9 @@ def attacked(tmp_path_factory):
     students["detached-drop_gradients"] = with_attack(bank.apply(detached, A, ROOT), attacks({})["drop_gradients"])
     for student, nb in students.items():
         ws.submit(student.replace("_", "-"), A, nb)
-    env = dict(os.environ, COURSE_KERNEL_GUARD="off")
     proc = subprocess.run([sys.executable, "-m", "course.cli", "grade", A, "--course-dir", str(root),
                            "--csv", str(root / "grades.csv"), "--allow-unsandboxed"],
-                          capture_output=True, text=True, timeout=3000, env=env)
+                          capture_output=True, text=True, timeout=3000)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = ws.results(A)
     return root, {s: results[s.replace("_", "-")] for s in students}, recorded

@@ -53,10 +53,7 @@ def grade(work, kernel_start: str | None = None):
         mp.setenv("COURSE_TEST_SECRET", SECRET)
         if kernel_start:
             mp.setenv("COURSE_KERNEL_START", kernel_start)
-        # What leaves the kernel is under test here, not the code policy (which would hold this
-        # submission for its `import os` before it printed anything): the policy is off.
-        graded = grading.grade_class(A, {STUDENT: submission()}, work, ROOT,
-                                     extra_config="c.ScoreOnlyTests.enforce_policy = False\n")
+        graded = grading.grade_class(A, {STUDENT: submission()}, work, ROOT)
         proc = grading.Workspace.existing(graded.root).feedback(A)
     feedback = graded.root / "feedback" / STUDENT / A / f"{A}.html"
     assert feedback.exists(), f"no feedback was generated:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

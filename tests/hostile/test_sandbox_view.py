@@ -79,7 +79,7 @@ answer_q1, answer_q2, answer_q3 = found.get("q1", "a"), found.get("q2", "a"), fo
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     root = tmp_path_factory.mktemp("view")
-    ws = grading.Workspace(root, ROOT, [A], extra_config="c.Execute.timeout = 120\nc.ScoreOnlyTests.enforce_policy = False\n")
+    ws = grading.Workspace(root, ROOT, [A], extra_config="c.Execute.timeout = 120\n")
     ws.generate(A)
     answers = bank.reference_solutions(A, ROOT)
     answers["answers"] = PROBE.replace("COURSE_ROOT", str(ROOT.resolve()))
