@@ -2,7 +2,7 @@
 
 It builds the release with nbgrader, submits four students (the reference solutions, the
 untouched release, a submission with a typical bug from the assignment's bank, and the reference
-with two lines that tamper with grading, which the code policy holds for review), autogrades
+with two lines that tamper with grading, which earn nothing), autogrades
 them with nbgrader, generates their feedback, and prints and saves the score table.
 """
 from __future__ import annotations
@@ -28,13 +28,13 @@ DEMO_BUG = {
 
 TAMPER = ("import IPython\n"
           "IPython.get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])\n")
-TAMPER_NOTE = ("every later cell, hidden checks included, would run as `pass`: a judged notebook "
-               "earns nothing from it, any other is held for review")
+TAMPER_NOTE = ("every later cell, hidden checks included, would run as `pass`: the judge decides every "
+               "point outside the kernel, so it earns nothing")
 
 
 def tampered(assignment: str, root: Path):
     """The untouched release with TAMPER at the top of its first answer cell: it must earn nothing
-    (course/judge.py decides judged notebooks outside the kernel; course/policy.py holds the rest)."""
+    (course/judge.py decides every point outside the kernel)."""
     from . import cells as C
     nb = C.read(release_notebook(assignment, root))
     first = next(c for c in nb.cells if c.cell_type == "code" and C.is_solution(c))
