@@ -244,13 +244,24 @@ def _imports(source: str) -> list[str]:
                      else {n.module.split(".")[0]}) & DISPLAY_ONLY]
 
 
+# Calls a read-only cell's constant may make and still be a constant: `re.compile(PATTERN)` (06-08's
+# pre-tokeniser), and containers of constants.
+CONSTANT_CALLS = {"compile", "dict", "frozenset", "set", "tuple", "list"}
+
+
 def _definitions(source: str) -> list[str]:
     """The functions, classes and call-free assignments (constants, aliases) of a read-only cell:
     what a judge may name, without the cell's work (training, data, figures), which a judge never
     needs and which would cost every grading its time."""
+    def constant_call(n):   # a compiled pattern or a container built from constants: no work done
+        f = n.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        return (name in CONSTANT_CALLS and not any(isinstance(m, ast.Call) for a in n.args + [k.value for k in n.keywords]
+                                                  for m in ast.walk(a)))
+
     def call_free(node):
-        return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom))
-                       for n in ast.walk(node))
+        return not any(isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom)) or
+                       (isinstance(n, ast.Call) and not constant_call(n)) for n in ast.walk(node))
     keep = []
     for n in _statements(source):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
