@@ -201,6 +201,8 @@ def test_integrity_scan_is_clean_for_reference_and_bank():
     for a in assignments(ROOT):
         assert integrity.scan(bank.reference_submission(a, ROOT), a) == [], a
         for entry in bank.load(a, ROOT):
+            if entry.name.startswith("attack_"):   # attacks on the judge (issue 34): the policy may well name them
+                continue
             assert integrity.scan(bank.apply(entry, a, ROOT), a) == [], f"{a}:{entry.name}"
 
 
