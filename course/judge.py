@@ -288,8 +288,12 @@ def namespace(cells, grading_seed) -> dict:
         definitions += _definitions(c.source)
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile("\n".join(dict.fromkeys(lines)), "<judge set-up>", "exec"), ns)
-        # The set-up's device switch, which definitions may take as a default: a judge runs on the CPU.
-        ns.update(device=ns["torch"].device("cpu"), ON_GPU=False) if "torch" in ns else None
+        if "torch" in ns:
+            # The set-up's device switch, which definitions may take as a default: a judge runs on the CPU,
+            # with one thread, as a graded kernel computes (the notebooks' set-up when GRADING): a judge
+            # that repeats a computation (05's optimiser steps) then adds in the kernel's order.
+            ns.update(device=ns["torch"].device("cpu"), ON_GPU=False)
+            ns["torch"].set_num_threads(1)
         for d in definitions:
             try:
                 exec(compile(d, "<judge definitions>", "exec"), ns)
@@ -297,10 +301,6 @@ def namespace(cells, grading_seed) -> dict:
                 pass
     if "run_check" not in ns:
         raise RuntimeError("no read-only cell of this notebook defines run_check (the course's check helpers)")
-    # One thread, as a graded kernel computes (the notebooks' set-up when GRADING): a judge that
-    # repeats a computation (05's optimiser steps) then adds in the kernel's order.
-    if "torch" in ns:
-        ns["torch"].set_num_threads(1)
     ns[SEED_NAME] = grading_seed
     return ns
 
