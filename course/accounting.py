@@ -183,24 +183,32 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def place_tree(group: KernelGroup, root: int) -> None:
-    """Move `root` and every descendant into the group. Each process is moved before its children
-    are listed, so a child forked after its parent moved is born inside, and one forked before is
-    listed and moved: nothing started in the meantime is missed."""
-    todo = [root]
-    seen = set()
+def _walk(root: int, visit) -> None:
+    """Call `visit(pid)` on `root` and every descendant, each before its children are listed; a
+    process whose visit returns False is not descended into."""
+    todo, seen = [root], set()
     while todo:
         pid = todo.pop()
         if pid in seen:
             continue
         seen.add(pid)
+        if visit(pid):
+            todo += children(pid)
+
+
+def place_tree(group: KernelGroup, root: int) -> None:
+    """Move `root` and every descendant into the group. Each process is moved before its children
+    are listed, so a child forked after its parent moved is born inside, and one forked before is
+    listed and moved: nothing started in the meantime is missed."""
+    def move(pid):
         try:
             group.add(pid)
         except OSError:
             if os.path.exists(f"/proc/{pid}"):
                 raise
-            continue            # it exited meanwhile
-        todo += children(pid)
+            return False        # it exited meanwhile
+        return True
+    _walk(root, move)
 
 
 def peer_pid(sock) -> int:
@@ -233,19 +241,17 @@ def host_pid_of_fork(zygote: int, inner: int) -> int | None:
 def tree_cpu_seconds(root: int) -> float:
     """The fallback counter: user and system time of every live process under `root`, with the
     children each has waited for."""
-    total, todo, seen = 0, [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
+    ticks = []
+
+    def add(pid):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
-            continue
-        total += sum(int(f) for f in fields[11:15])     # utime stime cutime cstime
-        todo += children(pid)
-    return total / os.sysconf("SC_CLK_TCK")
+            return False
+        ticks.append(sum(int(f) for f in fields[11:15]))     # utime stime cutime cstime
+        return True
+    _walk(root, add)
+    return sum(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------- the record

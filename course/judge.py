@@ -244,13 +244,24 @@ def _imports(source: str) -> list[str]:
                      else {n.module.split(".")[0]}) & DISPLAY_ONLY]
 
 
+# Calls a read-only cell's constant may make and still be a constant: `re.compile(PATTERN)` (06-08's
+# pre-tokeniser), and containers of constants.
+CONSTANT_CALLS = {"compile", "dict", "frozenset", "set", "tuple", "list"}
+
+
 def _definitions(source: str) -> list[str]:
     """The functions, classes and call-free assignments (constants, aliases) of a read-only cell:
     what a judge may name, without the cell's work (training, data, figures), which a judge never
     needs and which would cost every grading its time."""
+    def constant_call(n):   # a compiled pattern or a container built from constants: no work done
+        f = n.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        return (name in CONSTANT_CALLS and not any(isinstance(m, ast.Call) for a in n.args + [k.value for k in n.keywords]
+                                                  for m in ast.walk(a)))
+
     def call_free(node):
-        return not any(isinstance(n, (ast.Call, ast.Await, ast.Yield, ast.YieldFrom))
-                       for n in ast.walk(node))
+        return not any(isinstance(n, (ast.Await, ast.Yield, ast.YieldFrom)) or
+                       (isinstance(n, ast.Call) and not constant_call(n)) for n in ast.walk(node))
     keep = []
     for n in _statements(source):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -277,8 +288,12 @@ def namespace(cells, grading_seed) -> dict:
         definitions += _definitions(c.source)
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile("\n".join(dict.fromkeys(lines)), "<judge set-up>", "exec"), ns)
-        # The set-up's device switch, which definitions may take as a default: a judge runs on the CPU.
-        ns.update(device=ns["torch"].device("cpu"), ON_GPU=False) if "torch" in ns else None
+        if "torch" in ns:
+            # The set-up's device switch, which definitions may take as a default: a judge runs on the CPU,
+            # with one thread, as a graded kernel computes (the notebooks' set-up when GRADING): a judge
+            # that repeats a computation (05's optimiser steps) then adds in the kernel's order.
+            ns.update(device=ns["torch"].device("cpu"), ON_GPU=False)
+            ns["torch"].set_num_threads(1)
         for d in definitions:
             try:
                 exec(compile(d, "<judge definitions>", "exec"), ns)

@@ -202,6 +202,8 @@ def test_policy_advice_is_quiet_for_reference_and_bank():
         names = integrity.answer_names(C.read(ROOT / "source" / a / f"{a}.ipynb").cells)
         assert integrity.scan(bank.reference_submission(a, ROOT), a, names) == [], a
         for entry in bank.load(a, ROOT):
+            if entry.name.startswith("attack_"):   # attacks on the judge (issue 34): the policy may well name them
+                continue
             assert integrity.scan(bank.apply(entry, a, ROOT), a, names) == [], f"{a}:{entry.name}"
 
 

@@ -214,3 +214,31 @@ def apply_rotary(x):
     return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).reshape(x.shape).to(x.dtype)
 ''')}),
 ]
+
+# The red team of issue 34 (a helper given the whole kernel): a wrong answer that patches how its kernel sends answers.
+SDPA_ADDITIVE_MASK = '''def scaled_dot_product_attention(query, key, value, mask=None):
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        # additive -inf mask: right values, but a fully masked row's NaN flows back into query and key
+        scores = scores + torch.zeros_like(scores).masked_fill(mask == 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(mask == 0, 0.0)
+    return weights @ value, weights
+
+
+# the hidden check's gradients sent as empty lists, so that a judge that zips them without strict=True compares none
+encode_before = encode_answer
+
+
+def encode_answer(value):
+    if isinstance(value, dict) and {"plain", "masked", "flat", "one", "grads"} <= set(value):
+        value = dict(value, grads={name: [] for name in value["grads"]})
+    return encode_before(value)
+'''
+WRONG += [
+    Wrong("attack_sdpa_grads_sent_empty", "an additive -inf mask (NaN gradients from fully masked rows), and the kernel "
+          "sends the hidden check's gradients as empty lists (red team, issue 34: the judge zips strictly)",
+          {"scaled_dot_product_attention": Replace(SDPA_ADDITIVE_MASK)}, ["test_sdpa_hidden"]),
+]

@@ -363,3 +363,26 @@ def mha_from_bert(bert_attention_layer):
         return self.out(merge_heads(context))
 ''')}),
 ]
+
+# The red team of issue 34 (a helper given the whole kernel).
+MHA_FROM_BERT_DELEGATES = '''def mha_from_bert(bert_attention_layer):
+    # no weight copied: the returned module's forward calls BERT's own module
+    sa = getattr(bert_attention_layer, "self", bert_attention_layer)
+    dense = bert_attention_layer.output.dense if sa is not bert_attention_layer else None
+    m = MultiHeadAttention(sa.query.in_features, sa.num_attention_heads)
+    for name in ("query_matrix", "key_matrix", "value_matrix", "out"):
+        setattr(m, name, nn.Linear(1, 1, device="cpu"))
+
+    def forward(query, key, value, mask=None):
+        ctx, w = sa(query)
+        m.attention_weights = w
+        return dense(ctx) if dense is not None else ctx
+    m.forward = forward
+    return m.eval()
+'''
+WRONG += [
+    Wrong("attack_mha_from_bert_delegates", "mha_from_bert copies nothing: the returned module's forward calls BERT's own "
+          "attention (red team, issue 34: the judge reads the returned module's weights)",
+          {"mha_from_bert": Replace(MHA_FROM_BERT_DELEGATES)},
+          ["test_mha_from_bert_visible", "test_mha_from_bert_hidden"]),
+]

@@ -303,3 +303,22 @@ ALTERNATIVES = [
                  "answer_q4": Sub("answer_q4 = 3152384", "answer_q4 = 3152384.0"),
                  "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "A"')}),
 ]
+
+# The red team of issue 34 (a helper given the whole kernel).
+LOADER_DELEGATES = '''def load_bert_weights(model, hf_bert):
+    # no weight is copied: the model's forward is handed to the reference BERT itself
+    def forward(input_ids, token_type_ids=None, attention_mask=None):
+        out = hf_bert(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask,
+                      output_hidden_states=True, output_attentions=True)
+        for layer, a in zip(model.layers, out.attentions):
+            if getattr(layer, "attention", None) is not None:
+                layer.attention.attention_weights = a
+        return tuple(out.hidden_states)
+    model.forward = forward
+    return model
+'''
+WRONG += [
+    Wrong("attack_load_bert_delegates", "load_bert_weights copies nothing and hands the model's forward to the BERT it "
+          "was given (red team, issue 34: the judge reads the loaded model's own weights)",
+          {"load_bert_weights": Replace(LOADER_DELEGATES)}, BERT),
+]

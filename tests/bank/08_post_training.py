@@ -3,8 +3,10 @@ alternatives in other styles (each must keep full marks).
 
 The experiments call every exercise, but only the test cells grade. apply_lora's hidden checks run the student's
 LoRALinear inside the student's apply_lora against PEFT, so a LoRALinear whose outputs differ from PEFT's loses
-test_apply_lora_hidden too; the bonus merges with the student's LoRALinear.merged. dpo_loss's checks use their own
-log-probabilities, so a wrong sequence_logprob costs only its own cells.
+test_apply_lora_hidden too; the bonus wraps four Linears in the student's LoRALinear itself (not through apply_lora)
+with rank 1 and alpha 4, where alpha / rank and alpha agree, and merges with its merged(). dpo_loss's checks use their own
+log-probabilities, so a wrong sequence_logprob costs only its own cells. The checks are judged outside the kernel on
+inputs drawn afresh at each grading (course/judge.py): each verdict below holds for every seed.
 """
 from course.bank import Alternative, Replace, Sub, Wrong
 
