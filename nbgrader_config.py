@@ -88,6 +88,30 @@ else:
 c.ZipCollectApp.collector_plugin = "course.collect.CourseFileNameCollector"
 c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/_]+)_(?:late_)?\d+_\d+_(?P<file_id>[^/]+)$"
 
+# Rubrics reach the grader, not the student: generate_assignment saves the whole rubric to the
+# gradebook, then clears it from the release (as nbgrader clears hidden tests); autograde puts it
+# back from the gradebook (course/rubric.py).
+try:
+    import course.rubric  # noqa: F401
+except ImportError:
+    pass
+else:
+    c.GenerateAssignment.preprocessors = [
+        "nbgrader.preprocessors.IncludeHeaderFooter",
+        "nbgrader.preprocessors.InstantiateTests",
+        "nbgrader.preprocessors.LockCells",
+        "nbgrader.preprocessors.ClearSolutions",
+        "nbgrader.preprocessors.ClearOutput",
+        "nbgrader.preprocessors.CheckCellMetadata",
+        "nbgrader.preprocessors.ComputeChecksums",
+        "nbgrader.preprocessors.SaveCells",
+        "nbgrader.preprocessors.ClearHiddenTests",
+        "nbgrader.preprocessors.ClearMarkScheme",
+        "course.rubric.ClearRubrics",
+        "nbgrader.preprocessors.ComputeChecksums",
+        "nbgrader.preprocessors.CheckCellMetadata",
+    ]
+
 # Feedback shows what failed and why, never the hidden tests' source (course/feedback.py).
 try:
     import course.feedback  # noqa: F401

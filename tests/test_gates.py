@@ -55,6 +55,33 @@ def test_gate8_a_written_question_with_a_rubric_and_two_conceptual_questions(ass
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_rubrics_reach_the_grader_not_the_student(graded, assignment):
+    """A rubric holds the answer's criteria, often with the numbers a good answer quotes: the
+    release shows only its title and points (course/rubric.py, run by generate_assignment after
+    the gradebook has saved the whole cell), and the reference's autograded notebook, which
+    formgrader shows beside the answer and the feedback is made from, has the whole rubric back."""
+    import nbformat
+    from course import cells as C, rubric
+    from course.paths import release_notebook, source_notebook
+
+    def rubrics(path):
+        return {C.grade_id(c): c.source for c in C.read(path).cells if rubric.is_rubric(c)}
+
+    source = rubrics(source_notebook(assignment, ROOT))
+    assert source, f"{assignment} has no rubric"
+    released = rubrics(release_notebook(assignment, ROOT))
+    assert set(released) == set(source)
+    for gid, text in source.items():
+        assert released[gid] == rubric.release_text(text), gid
+        criteria = [line for line in text.splitlines()[1:] if line.strip()]
+        assert criteria and not any(line in released[gid] for line in criteria), gid
+    run = graded(assignment)
+    autograded = run.roots["reference"] / "autograded" / "reference" / assignment / f"{assignment}.ipynb"
+    got = {C.grade_id(c): c.source for c in nbformat.read(autograded, 4).cells if rubric.is_rubric(c)}
+    assert got == source, "the autograded notebook does not have the whole rubric back"
+
+
 def test_gate8_multiple_choice_keys_are_spread():
     problems = lint.answer_key_balance(ROOT)
     assert not problems, "\n".join(problems)

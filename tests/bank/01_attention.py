@@ -242,3 +242,56 @@ WRONG += [
           "sends the hidden check's gradients as empty lists (red team, issue 34: the judge zips strictly)",
           {"scaled_dot_product_attention": Replace(SDPA_ADDITIVE_MASK)}, ["test_sdpa_hidden"]),
 ]
+
+# Exercise 3b, attention_backward (issue 36: a derive exercise): the gradients of attention by hand.
+BACKWARD = ["test_attention_backward_visible", "test_attention_backward_hidden"]
+WRONG += [
+    Wrong("backward_no_row_term", "the softmax's backward keeps p_j * dL/dp_j only (the diagonal of its Jacobian)",
+          {"attention_backward": Sub("grad_scores = weights * (grad_weights - row_mean)",
+                                     "grad_scores = weights * grad_weights")}, BACKWARD),
+    Wrong("backward_unscaled", "the 1/sqrt(d_k) of the scores left out of the gradients of query and key",
+          {"attention_backward": [Sub("d_query = grad_scores @ key * scale", "d_query = grad_scores @ key"),
+                                  Sub("d_key = grad_scores.transpose(-2, -1) @ query * scale",
+                                      "d_key = grad_scores.transpose(-2, -1) @ query")]}, BACKWARD),
+    Wrong("backward_key_not_transposed", "grad_key from grad_scores @ query (the product's transpose forgotten): "
+          "right shape only when T_q == T_k",
+          {"attention_backward": Sub("grad_scores.transpose(-2, -1) @ query", "grad_scores @ query")}, BACKWARD),
+    Wrong("backward_by_autograd", "the gradients asked of autograd instead of derived (autograd is off in the checks)",
+          {"attention_backward": Replace('''
+def attention_backward(query, key, value, grad_output):
+    q, k, v = (t.detach().requires_grad_(True) for t in (query, key, value))
+    out, _ = scaled_dot_product_attention(q, k, v)
+    return torch.autograd.grad((out * grad_output).sum(), (q, k, v))
+''')}, BACKWARD),
+    Wrong("backward_naive_exp", "the softmax written as exp / sum without subtracting the row maximum: inf and NaN "
+          "for scores in the hundreds",
+          {"attention_backward": Sub("weights = torch.softmax(query @ key.transpose(-2, -1) * scale, dim=-1)",
+                                     "scores = (query @ key.transpose(-2, -1) * scale).exp()\n"
+                                     "    weights = scores / scores.sum(dim=-1, keepdim=True)")}, BACKWARD),
+]
+ALTERNATIVES += [
+    Alternative("backward_explicit_jacobian", "the softmax's Jacobian diag(p) - p p^T built for every row and applied "
+                "with a batched product; einsum for the rest",
+                {"attention_backward": Replace('''
+def attention_backward(query, key, value, grad_output):
+    d = query.shape[-1]
+    p = torch.softmax(torch.einsum("...qd,...kd->...qk", query, key) / d ** 0.5, dim=-1)
+    jacobian = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)          # (..., T_q, T_k, T_k)
+    grad_p = torch.einsum("...qv,...kv->...qk", grad_output, value)
+    grad_s = (jacobian @ grad_p.unsqueeze(-1)).squeeze(-1) / d ** 0.5
+    return (torch.einsum("...qk,...kd->...qd", grad_s, key), torch.einsum("...qk,...qd->...kd", grad_s, query),
+            torch.einsum("...qk,...qv->...kv", p, grad_output))
+''')}),
+    Alternative("backward_float64_inside", "every step in float64, the results cast back to the inputs' dtype",
+                {"attention_backward": Replace('''
+def attention_backward(query, key, value, grad_output):
+    dtype = query.dtype
+    q, k, v, g = (t.double() for t in (query, key, value, grad_output))
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    p = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    p = p / p.sum(dim=-1, keepdim=True)
+    gp = g @ v.transpose(-2, -1)
+    gs = p * (gp - (gp * p).sum(dim=-1, keepdim=True)) / math.sqrt(q.shape[-1])
+    return (gs @ k).to(dtype), (gs.transpose(-2, -1) @ q).to(dtype), (p.transpose(-2, -1) @ g).to(dtype)
+''')}),
+]
