@@ -55,6 +55,7 @@ def test_gate8_a_written_question_with_a_rubric_and_two_conceptual_questions(ass
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_rubrics_reach_the_grader_not_the_student(graded, assignment):
     """A rubric holds the answer's criteria, often with the numbers a good answer quotes: the
