@@ -64,6 +64,7 @@ COURSE_MODULES = {
     "random": "shuffling toy data",
     "time": "timing a run (perf_counter)",
     "statistics": "mean and spread over seeds",
+    "copy": "copy.deepcopy of a module (a frozen reference model, a merged layer)",
     "matplotlib": "figures",
     "matplotlib.*": "figures (pyplot, patches, colors, ticker)",
     "seaborn": "heatmaps",
