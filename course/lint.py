@@ -269,7 +269,7 @@ def exercise_problems(assignment: str, root: Path | None = None) -> list[str]:
 # course's questions, so "always b" is not a strategy.
 ANSWER = re.compile(r"^\s*(answer_\w+)\s*=\s*(.+?)\s*$", re.M)
 LETTER = re.compile(r"""^["']([a-d])["']$""")
-RUBRIC = re.compile(r"^\s*\*\*Rubric")
+from .rubric import RUBRIC  # noqa: E402  (one definition of a rubric cell, course/rubric.py)
 MAX_KEY_SHARE = 0.40
 
 
