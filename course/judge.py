@@ -159,6 +159,10 @@ class KernelText(str):
         return self._shown()
 
 
+# A judge's message naming the type of an answer ("must be a number, got str") says "str".
+KernelText.__name__ = KernelText.__qualname__ = "str"
+
+
 def kernel_texts(obj, found=None) -> list[str]:
     """Every string in a raw answer (as the kernel sent it), keys included."""
     found = [] if found is None else found

@@ -127,13 +127,20 @@ def attacks(recorded: dict) -> dict[str, str]:
         # the hidden cells' code, as this kernel ran it (IPython's history), sent back as answers (whole
         # and reversed) so that a judge's message would quote it into the feedback (the red team's route 1)
         "read_hidden_history": SEND + (
-            "import IPython\n"
+            "import IPython, math\n"
             "def _hidden():\n"
             "    text = [s for s in IPython.get_ipython().user_ns['In'] if 'BEGIN HIDDEN TESTS' in s]\n"
-            "    return ' '.join(' '.join(text).split())[:400]\n"
-            "def run_check(name, inputs, ask, judge):\n"
+            "    return 'ZQXJ ' + ' '.join(' '.join(text).split())[:400]\n"
+            "_real = run_check\n"
+            "def run_check(name, inputs, ask, judge, timed=False):\n"
             "    h = _hidden()\n"
-            "    send(name, {'__dict__': [['drawn_shape', h], ['raised', h[::-1]], [h[:60], h]]})\n"),
+            "    if name == 'positional_encoding, visible':\n"
+            "        rows = [[math.sin(p), math.cos(p), math.sin(p / 100), math.cos(p / 100)] for p in range(6)]\n"
+            "        send(name, {'__dict__': [['pe', encode_answer(torch.tensor(rows))], ['drawn_shape', h], ['drawn_rows', None]]})\n"
+            "    elif name.startswith('attention_backward'):\n"
+            "        send(name, {'__dict__': [['heads', {'__dict__': [['raised', h]]}], ['five', {'__dict__': [['raised', h[::-1]]]}], ['big', None]]})\n"
+            "    else:\n"
+            "        send(name, {'__dict__': [['drawn_shape', h], ['raised', h[::-1]], [h[:60], h]]})\n"),
         # malformed data: shapes that lie, bad base64, deep nesting, unknown dtypes and tags
         "malformed_answers": SEND + (
             "def run_check(name, inputs, ask, judge):\n"
@@ -246,23 +253,15 @@ def test_feedback_is_the_judges_words(attacked):
 def test_no_hidden_code_reaches_the_feedback(attacked):
     """Text the kernel sends is the student's: a judge's message shows only its length, so the hidden
     cells' code that a kernel reads from its own history never reaches the feedback (whole, cut or
-    reversed)."""
+    reversed). The attack marks what it sends ('ZQXJ'); the hidden code's own syntax is looked for too."""
     root, _, _ = attacked
-    hidden = set()
-    for cell in C.read(source_notebook(A, ROOT)).cells:
-        if C.is_autograded_test(cell):
-            for region in C.regions(cell.source, "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"):
-                words = " ".join(region.split())
-                hidden |= {words[i:i + 24] for i in range(0, max(1, len(words) - 24), 8)}
-    hidden = {h for h in hidden if len(h.strip()) >= 20}
-    assert len(hidden) > 100
     nb = nbformat.read(root / "autograded" / "blank-read-hidden-history" / A / f"{A}.ipynb", 4)
     shown = " ".join(" ".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in c.outputs)
                      for c in nb.cells if C.is_autograded_test(c))
-    assert "<text from your code" in shown
+    assert "<text from your code" in shown, "the attack should reach a judge's message that quotes its text"
     flat = " ".join(shown.split())
-    leaked = [h for h in hidden if h in flat or h[::-1] in flat]
-    assert not leaked, leaked[:5]
+    for code in ("ZQXJ", "JXQZ", "BEGIN HIDDEN", "NEDDIH NIGEB", "def ask", "ksa fed", "generator=gen", "neg=rotareneg"):
+        assert code not in flat, f"{code!r} reached the feedback"
 
 
 def test_each_cell_has_its_own_seed():
