@@ -38,6 +38,7 @@ class Entry:
     description: str
     edits: dict[str, list]                  # solution grade_id -> [Sub | Replace, ...]
     loses: list[str] = field(default_factory=list)   # grade cells that must not get full marks
+    advised: list[str] = field(default_factory=list)  # cells whose feedback must carry advice (Advised)
 
     @property
     def correct(self) -> bool:
@@ -52,6 +53,15 @@ def Wrong(name, description, edits, loses):
 
 def Alternative(name, description, edits):
     return Entry(name, description, _as_lists(edits), [])
+
+
+def Advised(name, description, edits, cells):
+    """A bug that only the kernel's own report shows (a device rule probed on 'meta' tensors): at
+    grading it keeps its points, since such a report could be faked (course/judge.py, point 4),
+    and the feedback of ``cells`` names the rule as advice."""
+    if not cells:
+        raise ValueError(f"advised bank entry {name!r} must declare the cells whose feedback advises")
+    return Entry(name, description, _as_lists(edits), [], list(cells))
 
 
 def _as_lists(edits):

@@ -120,7 +120,9 @@ def grade_command(args) -> int:
     print(f"grading {len(students)} submissions of {args.assignment} ...")
     pairs = [(args.assignment, s) for s in students]
     done = [0]
-    timeout = getattr(args, "timeout", None)
+    from .load import submission_timeout
+    timeout = getattr(args, "timeout", None) or submission_timeout(speed["slowdown"])
+    print(f"time limit per submission: {timeout:.0f} s")
 
     def progress(outcome):
         done[0] += 1

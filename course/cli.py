@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="grade on a Dask cluster: one task per submission")
     g.add_argument("--dask", action="store_true",
                    help="grade on a Dask LocalCluster of --workers processes on this machine")
-    g.add_argument("--timeout", type=float, default=None, help="seconds per submission (default: none)")
+    g.add_argument("--timeout", type=float, default=None, help="seconds per submission (default: 20 min, scaled by this machine's measured slowdown)")
     g.add_argument("--profile", action="store_true",
                    help="time every cell while grading and print where the time went, per notebook")
     g.add_argument("--allow-unsandboxed", action="store_true",

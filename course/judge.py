@@ -13,9 +13,12 @@ check helpers, `run_check`):
 While a student works, all three run in their kernel (instant feedback). At grading:
 
 1. `prepare` (called by course.sandbox.SandboxedExecute before the kernel starts) draws a fresh
-   seed for this grading run and replaces each judged test cell's source, in the copy the kernel
+   secret for this grading run and replaces each judged test cell's source, in the copy the kernel
    executes, by the instructor's source (from ``source/``, never the submission) with the judge
-   regions (``### BEGIN JUDGE`` ... ``### END JUDGE``) cut out and the seed set. The kernel then
+   regions (``### BEGIN JUDGE`` ... ``### END JUDGE``) cut out and the cell's own seed set. Each
+   cell's seed is a keyed hash of the secret and the cell's grade id, so a cell's seed says nothing
+   about another's: no code can make a later check's inputs before that check's cell runs (which a
+   timed check relies on: its CPU time is counted from the moment its cell starts). The kernel then
    makes the inputs, runs ``ask`` and sends back what it returned as *data*: JSON with tensors as
    raw little-endian bytes (`decode` never unpickles, never evaluates).
 2. `JudgeTests` (an nbgrader preprocessor right after execution) runs in the nbgrader process,
@@ -25,6 +28,16 @@ While a student works, all three run in their kernel (instant feedback). At grad
    answer for that check (nothing else from the kernel: not its inputs, weights or expected
    values), and calls ``judge``. The cell's outputs are then replaced by the judge's verdict:
    nothing the kernel printed or displayed in a test cell reaches the score or the feedback.
+
+3. What the kernel sent is data, and text in it is the student's: a judge's message quotes a string
+   from the kernel only as ``<text from your code, N characters>`` (`KernelText`), so neither a
+   hidden cell's code read from the kernel's history nor anything else the kernel chose to send
+   reaches the feedback through a verdict.
+4. A rule whose only evidence is something the kernel reports about itself (a probe on ``meta``
+   tensors, a dispatch-mode count of the shapes it built) is checked inside ``with
+   kernel_reported():`` in the judge: while the student works it fails the check like any other
+   rule; at grading a kernel could fake that evidence, so there it costs no point and its message
+   is kept as advice in the feedback.
 
 So code in the submission can change what its kernel answers, and nothing else: a blank or wrong
 submission earns a point only by returning, for inputs drawn afresh at this grading, what the
@@ -114,6 +127,12 @@ def all_judged(cells) -> bool:
     return bool(tests) and all(is_judged(c.source) for c in tests)
 
 
+def cell_seed(secret: bytes, grade_id: str) -> int:
+    """One judged cell's seed at one grading: a keyed hash of the grading's secret and the cell."""
+    import hmac
+    return int.from_bytes(hmac.new(secret, grade_id.encode(), "sha256").digest()[:6], "big")
+
+
 def check_seed(grading_seed, name: str) -> int:
     """The seed of one check (the same rule as the notebook's `check_seed`)."""
     text = f"{grading_seed}:{name}" if grading_seed is not None else name
@@ -121,6 +140,74 @@ def check_seed(grading_seed, name: str) -> int:
 
 
 # ----------------------------------------------------------------------------- the data
+
+class KernelText(str):
+    """A string the kernel sent. It compares, hashes and slices as the text itself, so a judge uses
+    it as any string; formatted into a message (f-string, repr, %-format) it shows only its length,
+    so no text from the student's kernel reaches feedback through a verdict."""
+
+    def _shown(self) -> str:
+        return f"<text from your code, {len(self)} characters>"
+
+    def __repr__(self):
+        return self._shown()
+
+    def __str__(self):
+        return self._shown()
+
+    def __format__(self, spec):
+        return self._shown()
+
+
+# A judge's message naming the type of an answer ("must be a number, got str") says "str".
+KernelText.__name__ = KernelText.__qualname__ = "str"
+
+
+def kernel_texts(obj, found=None) -> list[str]:
+    """Every string in a raw answer (as the kernel sent it), keys included."""
+    found = [] if found is None else found
+    if isinstance(obj, str):
+        found.append(obj)
+    elif isinstance(obj, list):
+        for v in obj:
+            kernel_texts(v, found)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            kernel_texts(k, found)
+            kernel_texts(v, found)
+    return found
+
+
+WINDOW = 12
+
+
+def redact(message: str, texts) -> str:
+    """The message with any run of text that the kernel sent (a whole string of 4 characters or
+    more, or 12 characters of one, however the judge joined or cut it) replaced: a second line of
+    defence behind `KernelText`, for a judge that concatenates or joins strings itself."""
+    texts = {t for t in texts if isinstance(t, str) and len(t) >= 4}
+    if not texts:
+        return message
+    for t in sorted(texts, key=len, reverse=True):
+        message = message.replace(t, "<text from your code>")
+    windows = {t[i:i + WINDOW] for t in texts for i in range(len(t) - WINDOW + 1)}
+    if windows:
+        covered = [False] * len(message)
+        for i in range(len(message) - WINDOW + 1):
+            if message[i:i + WINDOW] in windows:
+                covered[i:i + WINDOW] = [True] * WINDOW
+        out, i = [], 0
+        while i < len(message):
+            if covered[i]:
+                while i < len(message) and covered[i]:
+                    i += 1
+                out.append("<text from your code>")
+            else:
+                out.append(message[i])
+                i += 1
+        message = "".join(out)
+    return message
+
 
 class Raised:
     """An exception the student's code raised inside `ask`: its type's name only (its message
@@ -158,7 +245,9 @@ def decode(obj, depth: int = 0):
     import torch
     if depth > 40:
         raise AnswerError("the answer is nested too deeply")
-    if obj is None or isinstance(obj, (bool, int, float, str)):
+    if isinstance(obj, str):
+        return KernelText(obj)
+    if obj is None or isinstance(obj, (bool, int, float)):
         return obj
     if isinstance(obj, list):
         return [decode(v, depth + 1) for v in obj]
@@ -172,7 +261,8 @@ def decode(obj, depth: int = 0):
         for pair in body:
             if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], (str, int))):
                 raise AnswerError("a dictionary in the answer is malformed")
-            out[pair[0]] = decode(pair[1], depth + 1)
+            key = KernelText(pair[0]) if isinstance(pair[0], str) else pair[0]
+            out[key] = decode(pair[1], depth + 1)
         return out
     if tag in ("__tensor__", "__ndarray__") and isinstance(body, list) and len(body) == 3:
         dtype, shape, data = body
@@ -305,13 +395,25 @@ def namespace(cells, grading_seed) -> dict:
     return ns
 
 
-def judge_cell(ns: dict, grade_id: str, source: str, cell, cpu: float | None = None) -> tuple[bool, str, int]:
+def judge_cell(ns: dict, grade_id: str, source: str, cell, cpu: float | None = None,
+               seed: int | None = None) -> tuple[bool, str, int]:
     """(passed, the judge's message, checks judged) for one judged test cell. `cpu`: the CPU
     seconds the kernel spent on the cell, counted outside it (course/accounting.py), which a
-    timed check's judge receives."""
+    timed check's judge receives. `seed`: the cell's seed at this grading (`cell_seed`)."""
     answers, twice, error = answers_of(cell)
-    judged = []
+    seed = ns.get(SEED_NAME) if seed is None else seed
+    judged, advice = [], []
     check_error = ns.get("CheckError", AssertionError)
+    texts = [t for a in answers.values() for t in kernel_texts(a)]
+
+    @contextlib.contextmanager
+    def kernel_reported():
+        """At grading, a rule whose evidence only the kernel reports costs no point: its failure
+        is kept as advice (module docstring, point 4)."""
+        try:
+            yield
+        except check_error as e:
+            advice.append(str(e) or "a rule checked in your kernel failed")
 
     def run_check(name, inputs, ask, judge, timed=False):
         if error == "AnswerTooLarge":
@@ -331,7 +433,7 @@ def judge_cell(ns: dict, grade_id: str, source: str, cell, cpu: float | None = N
         if isinstance(got, Raised):
             raise check_error(f"{name}: your code raised {got.kind} (run this cell in your notebook "
                               "to see the message)")
-        x = inputs(ns["torch"].Generator().manual_seed(check_seed(ns[SEED_NAME], name)))
+        x = inputs(ns["torch"].Generator().manual_seed(check_seed(seed, name)))
         if timed:
             if cpu is None:
                 raise check_error(f"{name}: the CPU time of your kernel could not be counted from outside it, "
@@ -342,19 +444,21 @@ def judge_cell(ns: dict, grade_id: str, source: str, cell, cpu: float | None = N
         judged.append(name)
 
     cell_ns = dict(ns)
-    cell_ns["run_check"] = run_check
+    cell_ns.update(run_check=run_check, kernel_reported=kernel_reported)
+    cell_ns[SEED_NAME] = seed
     try:
         code = compile(judge_source(source), f"<judge {grade_id}>", "exec")
         with contextlib.redirect_stdout(io.StringIO()):
             exec(code, cell_ns)
     except check_error as e:
-        return False, str(e) or f"a check of {grade_id} failed", len(judged)
+        return False, redact(str(e) or f"a check of {grade_id} failed", texts), len(judged)
     except Exception as e:  # the judge's own code met an answer it cannot handle
-        return False, (f"a check of {grade_id} could not use your answer ({type(e).__name__} in the "
-                       f"judge): {str(e)[:300]}"), len(judged)
+        return False, redact(f"a check of {grade_id} could not use your answer ({type(e).__name__} in the "
+                             f"judge): {str(e)[:300]}", texts), len(judged)
     if not judged:
         return False, f"{grade_id}: no check ran", 0
-    return True, f"{grade_id}: {len(judged)} check(s) passed, judged outside your kernel", len(judged)
+    note = "".join(f"\nadvice (checked in your kernel, not graded): {redact(a, texts)}" for a in advice)
+    return True, f"{grade_id}: {len(judged)} check(s) passed, judged outside your kernel{note}", len(judged)
 
 
 # ----------------------------------------------------------------------------- nbgrader
@@ -380,15 +484,17 @@ def prepare(nb, resources) -> set[int]:
     trusted = judged_cells(cells)
     if not trusted:
         return set()
-    seed = secrets.randbits(48)
+    secret = secrets.token_bytes(32)
+    seeds = {gid: cell_seed(secret, gid) for gid in trusted}
     swapped = set()
     for index, cell in enumerate(nb.cells):
         gid = C.grade_id(cell)
         if C.is_autograded_test(cell) and gid in trusted:
-            cell.source = kernel_source(trusted[gid], seed)
+            cell.source = kernel_source(trusted[gid], seeds[gid])
             swapped.add(index)
-    resources[KEY] = {"seed": seed, "sources": trusted, "all": all_judged(cells),
-                      "swapped": sorted(swapped)}
+    # `seed` names this grading in the grader's log (it is not any cell's seed)
+    resources[KEY] = {"seed": secrets.randbits(48), "seeds": seeds, "sources": trusted,
+                      "all": all_judged(cells), "swapped": sorted(swapped)}
     return swapped
 
 
@@ -423,7 +529,7 @@ class JudgeTests(NbGraderPreprocessor):
             failure = "this cell was not prepared for the judge (course.sandbox.SandboxedExecute)"
         else:
             try:
-                ns = namespace(cells, info["seed"])
+                ns = namespace(cells, None)
             except Exception as e:  # a broken course notebook: every judged cell fails, loudly
                 failure = f"the judge could not start: {type(e).__name__}: {e}"
                 self.log.error("judge: %s", failure)
@@ -435,12 +541,14 @@ class JudgeTests(NbGraderPreprocessor):
             if failure:
                 ok, message = False, failure
             else:
-                ok, message, _ = judge_cell(ns, gid, trusted[gid], cell, (info.get("cpu") or {}).get(index))
+                ok, message, _ = judge_cell(ns, gid, trusted[gid], cell, (info.get("cpu") or {}).get(index),
+                                            seed=(info.get("seeds") or {}).get(gid))
             cell.source = trusted[gid]
             passed += ok
             cell.outputs = ([new_output("stream", name="stdout", text=message + "\n")] if ok else
                             [new_output("error", ename="CheckError", evalue=message,
                                         traceback=[f"CheckError: {message}"])])
-        self.log.info("judge: %d of %d judged test cells passed (inputs from seed %s, drawn for this grading)",
+        self.log.info("judge: %d of %d judged test cells passed (inputs from seed %s, drawn for this grading, "
+                      "a keyed seed per cell)",
                       passed, len(trusted), (info or {}).get("seed"))
         return nb, resources

@@ -63,6 +63,16 @@ def calibrate(repeats: int = 3) -> dict:
             "loadavg": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
 
 
+BASE_SUBMISSION_TIMEOUT = 1200.0   # seconds one submission may take on the reference machine
+
+
+def submission_timeout(slowdown: float) -> int:
+    """How long one submission may hold a grader: a notebook's grading takes 5-25 s on the reference
+    machine, so 20 minutes (scaled as the cell limit is) stops only a submission that stalls on
+    purpose (sleeping just under the cell limit in every cell, which no CPU limit sees)."""
+    return int(round(BASE_SUBMISSION_TIMEOUT * max(1.0, slowdown)))
+
+
 def cell_timeout(slowdown: float) -> int:
     """The base limit scaled by the measured slowdown, never below the base."""
     return int(round(BASE_CELL_TIMEOUT * max(1.0, slowdown)))

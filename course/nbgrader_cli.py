@@ -30,6 +30,9 @@ def _pdeathsig():
     return lambda: prctl(1, sig, 0, 0, 0)       # PR_SET_PDEATHSIG
 
 
+TIMED_OUT = 124   # the exit status of a run stopped at its time limit (as coreutils' timeout)
+
+
 def nbgrader(args: list[str], course_dir: Path, *, timeout: float | None = None,
              env: dict | None = None, check: bool = True, db_url: str | None = None,
              die_with_parent: bool = False) -> subprocess.CompletedProcess:
@@ -46,8 +49,15 @@ def nbgrader(args: list[str], course_dir: Path, *, timeout: float | None = None,
     cmd = [sys.executable, "-c", BOOT, *args,
            f"--CourseDirectory.root={course_dir}",
            f"--CourseDirectory.db_url={db_url or course_url(course_dir)}"]
-    proc = subprocess.run(cmd, cwd=course_dir, env=full_env, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=_pdeathsig() if die_with_parent else None)
+    try:
+        proc = subprocess.run(cmd, cwd=course_dir, env=full_env, capture_output=True, text=True,
+                              timeout=timeout, preexec_fn=_pdeathsig() if die_with_parent else None)
+    except subprocess.TimeoutExpired as e:   # one submission's time is up: the class goes on
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        proc = subprocess.CompletedProcess(cmd, TIMED_OUT, text(e.stdout), text(e.stderr) + (
+            f"\nnbgrader {' '.join(args[:1])} stopped: it ran past the {timeout:.0f} s a submission may take "
+            "(course grade --timeout)\n"))
     if check and proc.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n"
                            f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")

@@ -208,6 +208,13 @@ def test_gate4_bank(graded, assignment, entry):
     not_full = {g for g, c in res.auto_cells.items() if not c.full}
     if entry.correct:
         assert not not_full, f"correct alternative '{entry.description}' loses points in {sorted(not_full)}"
+        if entry.advised:
+            import nbformat
+            from course import cells as C
+            nb = nbformat.read(run.autograded_notebook(f"bank-{entry.name}"), 4)
+            advised = {C.grade_id(c) for c in nb.cells if "advice (checked in your kernel" in str(c.get("outputs"))}
+            assert set(entry.advised) <= advised, (f"'{entry.description}': the feedback of {sorted(set(entry.advised) - advised)} "
+                                                   "does not carry the kernel-reported rule as advice")
     else:
         missed = set(entry.loses) - not_full
         assert not missed, (f"wrong submission '{entry.description}' keeps full marks in {sorted(missed)}: "

@@ -1,5 +1,5 @@
 """Bank of submissions for 01_attention (gate 4): common student bugs and correct alternatives."""
-from course.bank import Alternative, Replace, Sub, Wrong
+from course.bank import Advised, Alternative, Replace, Sub, Wrong
 
 SDPA = ["test_sdpa_visible", "test_sdpa_hidden"]
 PE = ["test_positional_encoding_visible", "test_positional_encoding_hidden"]
@@ -49,9 +49,10 @@ def causal_mask(size):
     idx = torch.arange(size)
     return (idx[None, :] <= idx[:, None]).long()
 ''')}, CAUSAL),
-    Wrong("masked_softmax_cpu_arange", "masked_softmax builds its key indices on the CPU (fails on GPU scores)",
-          {"masked_softmax": Sub("torch.arange(scores.size(-1), device=scores.device)", "torch.arange(scores.size(-1))")},
-          ["test_masked_softmax_hidden"]),
+    Advised("masked_softmax_cpu_arange", "masked_softmax builds its key indices on the CPU (fails on GPU scores; "
+            "only the kernel's meta run shows it, so it is advice at grading)",
+            {"masked_softmax": Sub("torch.arange(scores.size(-1), device=scores.device)", "torch.arange(scores.size(-1))")},
+            ["test_masked_softmax_hidden"]),
     Wrong("embedding_uniform", "Embedding drawn from a uniform distribution of the right std (not a normal one)",
           {"Embedding": Sub("nn.init.normal_(self.embed.weight, mean=0.0, std=embed_dim ** -0.5)",
                             "nn.init.uniform_(self.embed.weight, -(3 / embed_dim) ** 0.5, (3 / embed_dim) ** 0.5)")},
@@ -191,9 +192,10 @@ def apply_rotary(x):
     a, b = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 ''')}, BONUS),
-    Wrong("rotary_cpu_positions", "rotary positions built on the CPU (fails on GPU inputs)",
-          {"apply_rotary": Sub("torch.arange(T, dtype=torch.float64, device=x.device)", "torch.arange(T, dtype=torch.float64)")},
-          BONUS),
+    Advised("rotary_cpu_positions", "rotary positions built on the CPU (fails on GPU inputs; advice at grading, as "
+            "only the kernel's meta run shows it)",
+            {"apply_rotary": Sub("torch.arange(T, dtype=torch.float64, device=x.device)", "torch.arange(T, dtype=torch.float64)")},
+            ["bonus_rotary"]),
     Wrong("rotary_absolute_offset", "rotary angles use position + 1 (position 0 rotated, still relative)",
           {"apply_rotary": Sub("theta = position * inv_freq", "theta = (position + 1) * inv_freq")}, BONUS),
     Wrong("rotary_angles_in_input_dtype", "rotary angles computed in x's dtype: right in float32 and float64, but in "

@@ -124,6 +124,23 @@ def attacks(recorded: dict) -> dict[str, str]:
             "            got = {k: (type(v)() if k == 'grads' and isinstance(v, (dict, list)) else v) for k, v in got.items()}\n"
             "        return got\n"
             "    return send_checked(name, inputs, short, judge)\n"),
+        # the hidden cells' code, as this kernel ran it (IPython's history), sent back as answers (whole
+        # and reversed) so that a judge's message would quote it into the feedback (the red team's route 1)
+        "read_hidden_history": SEND + (
+            "import IPython, math\n"
+            "def _hidden():\n"
+            "    text = [s for s in IPython.get_ipython().user_ns['In'] if 'BEGIN HIDDEN TESTS' in s]\n"
+            "    return 'ZQXJ ' + ' '.join(' '.join(text).split())[:400]\n"
+            "_real = run_check\n"
+            "def run_check(name, inputs, ask, judge, timed=False):\n"
+            "    h = _hidden()\n"
+            "    if name == 'positional_encoding, visible':\n"
+            "        rows = [[math.sin(p), math.cos(p), math.sin(p / 100), math.cos(p / 100)] for p in range(6)]\n"
+            "        send(name, {'__dict__': [['pe', encode_answer(torch.tensor(rows))], ['drawn_shape', h], ['drawn_rows', None]]})\n"
+            "    elif name.startswith('attention_backward'):\n"
+            "        send(name, {'__dict__': [['heads', {'__dict__': [['raised', h]]}], ['five', {'__dict__': [['raised', h[::-1]]]}], ['big', None]]})\n"
+            "    else:\n"
+            "        send(name, {'__dict__': [['drawn_shape', h], ['raised', h[::-1]], [h[:60], h]]})\n"),
         # malformed data: shapes that lie, bad base64, deep nesting, unknown dtypes and tags
         "malformed_answers": SEND + (
             "def run_check(name, inputs, ask, judge):\n"
@@ -230,6 +247,71 @@ def test_feedback_is_the_judges_words(attacked):
             assert kinds in ([("stream", "stdout")], [("error", None)]), (student, C.grade_id(cell), kinds)
             text = json.dumps(cell.outputs)
             assert judge.MIME not in text and judge.SEED_NAME not in cell.source
+
+
+@pytest.mark.slow
+def test_no_hidden_code_reaches_the_feedback(attacked):
+    """Text the kernel sends is the student's: a judge's message shows only its length, so the hidden
+    cells' code that a kernel reads from its own history never reaches the feedback (whole, cut or
+    reversed). The attack marks what it sends ('ZQXJ'); the hidden code's own syntax is looked for too."""
+    root, _, _ = attacked
+    nb = nbformat.read(root / "autograded" / "blank-read-hidden-history" / A / f"{A}.ipynb", 4)
+    shown = " ".join(" ".join(str(o.get("text", "")) + str(o.get("evalue", "")) for o in c.outputs)
+                     for c in nb.cells if C.is_autograded_test(c))
+    assert "<text from your code" in shown, "the attack should reach a judge's message that quotes its text"
+    flat = " ".join(shown.split())
+    for code in ("ZQXJ", "JXQZ", "BEGIN HIDDEN", "NEDDIH NIGEB", "def ask", "ksa fed", "generator=gen", "neg=rotareneg"):
+        assert code not in flat, f"{code!r} reached the feedback"
+
+
+def test_each_cell_has_its_own_seed():
+    """A cell's seed says nothing about another's (a keyed hash of a secret drawn per grading), so no
+    earlier cell can make a timed check's inputs before its cell starts (the red team's route 5)."""
+    nb = C.read(source_notebook(A, ROOT))
+    resources = {"nbgrader": {"assignment": A, "notebook": A}, "metadata": {"path": str(ROOT / "autograded" / "anyone" / A)}}
+    swapped = judge.prepare(nb, resources)
+    info = resources[judge.KEY]
+    seeds = info["seeds"]
+    assert len(swapped) == len(seeds) >= 15 and len(set(seeds.values())) == len(seeds)
+    for index in swapped:
+        cell = nb.cells[index]
+        line = cell.source.splitlines()[0]
+        assert line == f"{judge.SEED_NAME} = {seeds[C.grade_id(cell)]}"
+        others = {str(v) for g, v in seeds.items() if g != C.grade_id(cell)} | {str(info["seed"])}
+        assert not any(o in cell.source for o in others)
+    again = {}
+    judge.prepare(C.read(source_notebook(A, ROOT)), again)  # no resources path: nothing prepared
+    second = {"nbgrader": dict(resources["nbgrader"]), "metadata": dict(resources["metadata"])}
+    judge.prepare(C.read(source_notebook(A, ROOT)), second)
+    assert not set(second[judge.KEY]["seeds"].values()) & set(seeds.values())
+
+
+def test_kernel_text_is_never_quoted():
+    """What decode returns for a string compares as the string, formats as its length only; redact
+    removes what a judge joined or cut from the kernel's strings."""
+    got = judge.decode({"__dict__": [["name", "the secret hidden line of code"], ["k", ["abc", "x" * 40]]]})
+    text = got["name"]
+    assert text == "the secret hidden line of code" and text.startswith("the secret") and len(text) == 30
+    assert {text: 1}["the secret hidden line of code"] == 1
+    for shown in (f"{text}", f"{text!r}", str(text), "%s" % text, repr(got), f"{got}"):
+        assert "secret" not in shown and "xxxx" not in shown, shown
+    assert "<text from your code, 30 characters>" in f"{text}"
+    raw = ["the secret hidden line of code", "abc"]
+    msg = "got " + "".join(raw) + ", and " + raw[0][::-1][:14] + " and " + raw[0][3:20] + " ok"
+    out = judge.redact(msg, raw)
+    assert "secret" not in out and "hidden line" not in out and out.endswith(" ok"), out
+    assert judge.redact("nothing here", ["abc"]) == "nothing here"
+
+
+def test_a_submission_past_its_time_limit_is_stopped_and_the_class_goes_on(tmp_path):
+    """A submission that stalls (sleeping under the cell limit, which no CPU limit sees) is stopped at
+    the per-submission limit: nbgrader's run comes back with status 124 and a message, not an exception
+    that would stop the class (the red team's route 6)."""
+    from course.nbgrader_cli import TIMED_OUT, nbgrader
+    from course.load import submission_timeout
+    proc = nbgrader(["--version"], tmp_path, timeout=0.01, check=False)
+    assert proc.returncode == TIMED_OUT and "ran past the 0 s" in proc.stderr
+    assert submission_timeout(1.0) == 1200 and submission_timeout(2.5) == 3000 and submission_timeout(0.5) == 1200
 
 
 @pytest.mark.slow
