@@ -6,7 +6,8 @@ LoRALinear inside the student's apply_lora against PEFT, so a LoRALinear whose o
 test_apply_lora_hidden too; the bonus wraps four Linears in the student's LoRALinear itself (not through apply_lora)
 with rank 1 and alpha 4, where alpha / rank and alpha agree, and merges with its merged(). dpo_loss's checks use their own
 log-probabilities, so a wrong sequence_logprob costs only its own cells. The checks are judged outside the kernel on
-inputs drawn afresh at each grading (course/judge.py): each verdict below holds for every seed.
+inputs drawn afresh at each grading (course/judge.py): each verdict below holds for every seed. Every rule a hidden
+check applies is also taught by a visible check (issue 36), so each wrong entry loses its exercise's visible cell too.
 """
 from course.bank import Alternative, Replace, Sub, Wrong
 
@@ -36,11 +37,11 @@ WRONG = [
           loses=CHAT),
     Wrong("chat_unknown_role_keyerror", "no role check: an unknown role fails with the dictionary's KeyError",
           edits={"render_chat": Sub('if message["role"] not in ("system", "user", "assistant"):', "if False:")},
-          loses=["test_render_chat_hidden"]),
+          loses=CHAT),
     Wrong("chat_mask_of_ints", "the mask holds 0 and 1 instead of bools",
           edits={"render_chat": Sub("mask += [False] + [trained] * (len(content) + 1)",
                                     "mask += [0] + [int(trained)] * (len(content) + 1)")},
-          loses=["test_render_chat_hidden"]),
+          loses=CHAT),
     # ---- chat_labels and masked_lm_loss
     Wrong("loss_without_shift", "scores logits[t] against labels[t] (no shift by one)",
           edits={"masked_loss": [Sub("targets = labels[:, 1:]", "targets = labels"),
@@ -63,10 +64,10 @@ WRONG = [
           loses=LOSS),
     Wrong("loss_nan_when_nothing_counts", "no check: a batch with nothing to train on returns nan silently",
           edits={"masked_loss": Sub("    if not (targets != IGNORE_INDEX).any():\n        raise ValueError(", "    if False:\n        raise ValueError(")},
-          loses=["test_masked_loss_hidden"]),
+          loses=LOSS),
     Wrong("loss_checks_unshifted_labels", "the nothing-to-train check looks at every label, position 0's too",
           edits={"masked_loss": Sub("if not (targets != IGNORE_INDEX).any():", "if not (labels != IGNORE_INDEX).any():")},
-          loses=["test_masked_loss_hidden"]),
+          loses=LOSS),
     Wrong("loss_in_half_precision", "computes the loss in the logits' dtype (float16 stays float16)",
           edits={"masked_loss": Sub("logits[:, :-1].reshape(-1, logits.size(-1)).float()", "logits[:, :-1].reshape(-1, logits.size(-1))")},
           loses=LOSS),
@@ -105,7 +106,7 @@ WRONG = [
           loses=LORA),
     Wrong("lora_A_zero", "lora_A starts at zero too: every gradient of A and B is zero, nothing ever trains",
           edits={"LoRALinear": Sub("nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))", "nn.init.zeros_(self.lora_A)")},
-          loses=["test_lora_hidden"]),
+          loses=LORA),
     Wrong("lora_forward_full_update", "forward builds the full (out, in) update scaling * B @ A and multiplies x by it",
           edits={"LoRALinear": Sub("return self.base(x) + (x @ self.lora_A.T) @ self.lora_B.T * self.scaling",
                                    "return self.base(x) + x @ (self.scaling * self.lora_B @ self.lora_A).T")},
@@ -137,16 +138,16 @@ WRONG = [
                                     "torch.empty(rank, base.in_features, device=w.device)"),
                                 Sub("torch.zeros(base.out_features, rank, device=w.device, dtype=w.dtype)",
                                     "torch.zeros(base.out_features, rank, device=w.device)")]},
-          loses=["test_lora_hidden"]),
+          loses=LORA),
     # ---- apply_lora
     Wrong("apply_substring_match", "a target matches any name that contains it ('query' wraps query_matrix)",
           edits={"apply_lora": Sub('return any(name == t or name.endswith("." + t) for t in target_modules)',
                                    "return any(t in name for t in target_modules)")},
-          loses=["test_apply_lora_hidden"]),
+          loses=APPLY),
     Wrong("apply_last_part_only", "compares only the last part of the name (a target with a dot matches nothing)",
           edits={"apply_lora": Sub('return any(name == t or name.endswith("." + t) for t in target_modules)',
                                    'return name.rpartition(".")[2] in target_modules')},
-          loses=["test_apply_lora_hidden"]),
+          loses=APPLY),
     Wrong("apply_no_freeze", "the rest of the model stays trainable",
           edits={"apply_lora": Sub("    model.requires_grad_(False)\n", "")},
           loses=APPLY),
@@ -176,7 +177,7 @@ WRONG = [
           loses=LOGP),
     Wrong("logprob_multiplies_mask", "multiplies by the mask: a masked-out -inf becomes nan",
           edits={"sequence_logprob": Sub("torch.where(mask[:, 1:], logp, torch.zeros_like(logp)).sum(-1)", "(logp * mask[:, 1:]).sum(-1)")},
-          loses=["test_sequence_logprob_hidden"]),
+          loses=LOGP),
     Wrong("logprob_mask_misaligned", "uses mask[:, :-1] (the mask of the predicting position, not of the token)",
           edits={"sequence_logprob": Sub("torch.where(mask[:, 1:], logp", "torch.where(mask[:, :-1], logp")},
           loses=LOGP),
@@ -194,13 +195,13 @@ WRONG = [
           loses=DPO),
     Wrong("dpo_log_of_sigmoid", "torch.log(torch.sigmoid(...)): -inf for a margin of -10000",
           edits={"dpo_loss": Sub("-F.logsigmoid(beta * margin).mean()", "-torch.log(torch.sigmoid(beta * margin)).mean()")},
-          loses=["test_dpo_loss_hidden"]),
+          loses=DPO),
     Wrong("dpo_detached_policy", "the margin is detached: the loss has the right value but no gradient reaches the policy",
           edits={"dpo_loss": Sub("-F.logsigmoid(beta * margin).mean()", "-F.logsigmoid(beta * margin.detach()).mean()")},
           loses=DPO),
     Wrong("dpo_default_beta_one", "the default beta is 1 instead of 0.1",
           edits={"dpo_loss": Sub("ref_rejected, beta=0.1):", "ref_rejected, beta=1.0):")},
-          loses=["test_dpo_loss_hidden"]),
+          loses=DPO),
     Wrong("render_prompt_after_user", "adds the generation prompt whenever the conversation ends with a user turn",
           edits={"render_chat": Sub("if add_generation_prompt:",
                                     'if add_generation_prompt or (messages and messages[-1]["role"] == "user"):')},
