@@ -9,7 +9,7 @@ log-probabilities, so a wrong sequence_logprob costs only its own cells. The che
 inputs drawn afresh at each grading (course/judge.py): each verdict below holds for every seed. Every rule a hidden
 check applies is also taught by a visible check (issue 36), so each wrong entry loses its exercise's visible cell too.
 """
-from course.bank import Alternative, Replace, Sub, Wrong
+from course.bank import Advised, Alternative, Replace, Sub, Wrong
 
 CHAT = ["test_render_chat_visible", "test_render_chat_hidden"]
 LOSS = ["test_masked_loss_visible", "test_masked_loss_hidden"]
@@ -107,15 +107,15 @@ WRONG = [
     Wrong("lora_A_zero", "lora_A starts at zero too: every gradient of A and B is zero, nothing ever trains",
           edits={"LoRALinear": Sub("nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))", "nn.init.zeros_(self.lora_A)")},
           loses=LORA),
-    Wrong("lora_forward_full_update", "forward builds the full (out, in) update scaling * B @ A and multiplies x by it",
+    Advised("lora_forward_full_update", "forward builds the full (out, in) update scaling * B @ A and multiplies x by it (right values; only the kernel's dispatch-mode count shows the full update, so it is advice at grading)",
           edits={"LoRALinear": Sub("return self.base(x) + (x @ self.lora_A.T) @ self.lora_B.T * self.scaling",
                                    "return self.base(x) + x @ (self.scaling * self.lora_B @ self.lora_A).T")},
-          loses=LORA),
-    Wrong("lora_forward_merged_weight", "forward merges on the fly: F.linear with base.weight + scaling * B @ A",
+          cells=LORA),
+    Advised("lora_forward_merged_weight", "forward merges on the fly: F.linear with base.weight + scaling * B @ A (right values; only the kernel's dispatch-mode count shows the full update, so it is advice at grading)",
           edits={"LoRALinear": Sub("return self.base(x) + (x @ self.lora_A.T) @ self.lora_B.T * self.scaling",
                                    "return F.linear(x, self.base.weight + self.scaling * self.lora_B @ self.lora_A, "
                                    "self.base.bias)")},
-          loses=LORA),
+          cells=LORA),
     Wrong("lora_rank_not_kept", "the rank is used but not kept as the attribute rank",
           edits={"LoRALinear": Sub("self.base, self.rank, self.scaling = base, rank, alpha / rank",
                                    "self.base, self.scaling = base, alpha / rank")},
