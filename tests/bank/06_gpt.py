@@ -516,3 +516,68 @@ def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None
 '''),
                 }),
 ]
+
+# Exercise 5b, lm_loss_backward (issue 36: a derive exercise): the gradient of the mean next-token cross-entropy
+# with respect to the logits, by hand, judged against autograd's gradient of F.cross_entropy.
+CE = ["test_lm_loss_backward_visible", "test_lm_loss_backward_hidden"]
+WRONG += [
+    Wrong("ce_divides_by_every_position", "the mean divides by every position, the padded ones included",
+          {"lm_loss_backward": Sub("grad = probs * counted.unsqueeze(1) / counted.sum()",
+                                   "grad = probs * counted.unsqueeze(1) / targets.numel()")}, CE),
+    Wrong("ce_gradient_of_the_sum", "the gradient of the summed loss (no division by the number of targets)",
+          {"lm_loss_backward": Sub("grad = probs * counted.unsqueeze(1) / counted.sum()",
+                                   "grad = probs * counted.unsqueeze(1)")}, CE),
+    Wrong("ce_padded_rows_keep_softmax", "the padded rows keep their softmax (only the divisor knows about padding)",
+          {"lm_loss_backward": Sub("grad = probs * counted.unsqueeze(1) / counted.sum()",
+                                   "grad = probs / counted.sum()")}, CE),
+    Wrong("ce_sign_flipped", "one-hot minus softmax: the gradient of minus the loss",
+          {"lm_loss_backward": Sub("probs[counted, targets[counted]] -= 1\n    grad = probs",
+                                   "probs[counted, targets[counted]] -= 1\n    grad = -probs")}, CE),
+    Wrong("ce_ignore_index_fixed", "pads only with -100, PyTorch's default, whatever ignore_index says",
+          {"lm_loss_backward": Sub("counted = targets != ignore_index", "counted = targets != -100")}, CE),
+    Wrong("ce_naive_exp", "the softmax as exp / sum without subtracting the row maximum: inf and NaN for logits in "
+          "the hundreds",
+          {"lm_loss_backward": Sub("probs = torch.softmax(logits.reshape(-1, V), dim=-1)",
+                                   "exps = logits.reshape(-1, V).exp()\n    probs = exps / exps.sum(dim=-1, keepdim=True)")},
+          CE),
+    Wrong("ce_by_autograd", "asks autograd for the gradient: the checks switch it off",
+          {"lm_loss_backward": Replace('''
+def lm_loss_backward(logits, targets, ignore_index=-100):
+    z = logits.detach().requires_grad_(True)
+    loss = F.cross_entropy(z.reshape(-1, z.size(-1)), targets.reshape(-1), ignore_index=ignore_index)
+    return torch.autograd.grad(loss, z)[0]
+''')}, CE),
+    # Issue 34: the hidden loader check's reference classes are defined inside its ask, so a later answer cell
+    # cannot reach them (this generate cell starts by using one: a NameError, so generate is not defined).
+    Wrong("generate_reaches_hidden_reference_gpt", "a later answer cell that uses a class of the hidden "
+          "load_gpt2_weights check (ReferenceGPT): nothing of that check may stay in the kernel",
+          {"generate": Sub("@torch.no_grad()\ndef generate(",
+                           "_reference = ReferenceGPT    # left in the kernel by the hidden loader check?\n\n\n"
+                           "@torch.no_grad()\ndef generate(")}, GEN),
+]
+ALTERNATIVES += [
+    Alternative("ce_one_hot_where", "one-hot targets and a where over the padded rows, with log-softmax's exp",
+                {"lm_loss_backward": Replace('''
+def lm_loss_backward(logits, targets, ignore_index=-100):
+    flat = logits.flatten(0, -2)
+    t = targets.flatten()
+    keep = (t != ignore_index)
+    one_hot = F.one_hot(torch.where(keep, t, torch.zeros_like(t)), flat.shape[-1]).to(flat.dtype)
+    grad = torch.where(keep[:, None], flat.log_softmax(-1).exp() - one_hot, torch.zeros_like(flat))
+    return (grad / keep.sum().to(flat.dtype)).view_as(logits)
+''')}),
+    Alternative("ce_float64_loop", "a loop over the counted rows, in float64, cast back to the logits' dtype",
+                {"lm_loss_backward": Replace('''
+def lm_loss_backward(logits, targets, ignore_index=-100):
+    V = logits.shape[-1]
+    z = logits.reshape(-1, V).double()
+    t = targets.reshape(-1).tolist()
+    grad = torch.zeros_like(z)
+    rows = [i for i, y in enumerate(t) if y != ignore_index]
+    for i in rows:
+        p = torch.exp(z[i] - z[i].max())
+        grad[i] = p / p.sum()
+        grad[i, t[i]] -= 1.0
+    return (grad / len(rows)).to(logits.dtype).reshape(logits.shape)
+''')}),
+]
