@@ -296,7 +296,7 @@ def bpe_train(text, vocab_size):
     Wrong("gen_top_p_before_temperature", "applies top-p to the probabilities before the temperature",
           edits={"generate": Sub("sorted_probs = probs.sort(dim=-1, descending=True).values",
                                  "sorted_probs = torch.softmax(logits * temperature, dim=-1).sort(dim=-1, descending=True).values")},
-          loses=GEN_HIDDEN),
+          loses=GEN),
     Wrong("gen_top_p_not_unsorted", "keeps the sorted order: draws a rank, not a token id",
           edits={"generate": Sub("probs = probs.masked_fill(probs < smallest_kept, 0.0)",
                                  "probs = sorted_probs.masked_fill(sorted_probs < smallest_kept, 0.0)")},
@@ -306,7 +306,7 @@ def bpe_train(text, vocab_size):
           loses=GEN),
     Wrong("gen_top_k_plus_one", "keeps k + 1 tokens",
           edits={"generate": Sub("torch.topk(logits, top_k, dim=-1)", "torch.topk(logits, min(top_k + 1, logits.size(-1)), dim=-1)")},
-          loses=GEN_HIDDEN),
+          loses=GEN),
     Wrong("gen_top_p_ties_by_sort_order", "top-p cuts inside a group of tied probabilities (keeps whichever the sort "
           "puts first)",
           edits={"generate": Sub("""                sorted_probs = probs.sort(dim=-1, descending=True).values
@@ -316,7 +316,7 @@ def bpe_train(text, vocab_size):
                 mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
                 sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
                 probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)""")},
-          loses=GEN_HIDDEN),
+          loses=GEN),
     Wrong("gen_negative_temperature", "accepts a negative temperature (samples from the inverted distribution)",
           edits={"generate": Sub("    if temperature < 0:\n", "    if False:\n")},
           loses=GEN),
