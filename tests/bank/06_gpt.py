@@ -279,7 +279,7 @@ def bpe_train(text, vocab_size):
     Wrong("load_error_names_first_only", "names only the first size that differs (the contract: each one)",
           edits={"load_gpt2_weights": Sub('raise ValueError("GPT-2 does not fit the model: " + ", ".join(wrong))',
                                           'raise ValueError("GPT-2 does not fit the model: " + wrong[0])')},
-          loses=["test_load_gpt2_weights_hidden"]),
+          loses=LOAD),
     # ---- generate
     Wrong("gen_never_caches", "ignores use_cache: runs the whole context at every step",
           edits={"generate": Sub("if use_cache and past is not None and past[0][0].size(2) < model.seq_len:",
