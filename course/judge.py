@@ -414,6 +414,8 @@ def judge_cell(ns: dict, grade_id: str, source: str, cell, cpu: float | None = N
             yield
         except check_error as e:
             advice.append(str(e) or "a rule checked in your kernel failed")
+        except Exception as e:  # the kernel's report is not what the rule reads: advice too
+            advice.append(f"a rule checked in your kernel could not be read ({type(e).__name__})")
 
     def run_check(name, inputs, ask, judge, timed=False):
         if error == "AnswerTooLarge":
