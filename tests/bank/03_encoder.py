@@ -322,3 +322,67 @@ WRONG += [
           "was given (red team, issue 34: the judge reads the loaded model's own weights)",
           {"load_bert_weights": Replace(LOADER_DELEGATES)}, BERT),
 ]
+
+# Exercise 1b, layer_norm_backward (issue 36: a derive exercise): LayerNorm's gradients by hand.
+LN_BACKWARD = ["test_layer_norm_backward_visible", "test_layer_norm_backward_hidden"]
+LN_RETURN = "    return inv_std * (grad_x_hat - mean_term - var_term), grad_weight, grad_bias"
+LN_INV_STD = "    inv_std = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)            # (..., 1)"
+LN_PARAMS = ("    grad_weight = (grad_output * x_hat).reshape(-1, features).sum(dim=0)\n"
+             "    grad_bias = grad_output.reshape(-1, features).sum(dim=0)")
+WRONG += [
+    Wrong("ln_backward_no_row_terms", "grad_x treats the mean and the variance as constants: weight * grad_output / sigma",
+          {"layer_norm_backward": Sub(LN_RETURN, "    return inv_std * grad_x_hat, grad_weight, grad_bias")}, LN_BACKWARD),
+    Wrong("ln_backward_no_var_term", "grad_x subtracts the path through the mean but forgets the one through the variance",
+          {"layer_norm_backward": Sub(LN_RETURN, "    return inv_std * (grad_x_hat - mean_term), grad_weight, grad_bias")},
+          LN_BACKWARD),
+    Wrong("ln_backward_unbiased_var", "the variance from Tensor.var's default (unbiased, divided by E - 1)",
+          {"layer_norm_backward": Sub(LN_INV_STD, "    inv_std = torch.rsqrt(x.var(dim=-1, keepdim=True) + eps)")},
+          LN_BACKWARD),
+    Wrong("ln_backward_no_eps", "eps left out of the backward pass",
+          {"layer_norm_backward": Sub(LN_INV_STD, "    inv_std = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True))")},
+          LN_BACKWARD),
+    Wrong("ln_backward_param_sum_dim0", "the parameter gradients summed over the first axis only (right for 2-D x only)",
+          {"layer_norm_backward": Sub(LN_PARAMS, "    grad_weight = (grad_output * x_hat).sum(dim=0)\n"
+                                                 "    grad_bias = grad_output.sum(dim=0)")}, LN_BACKWARD),
+    Wrong("ln_backward_by_autograd", "the gradients asked of autograd instead of derived (autograd is off in the checks)",
+          {"layer_norm_backward": Replace('''
+def layer_norm_backward(x, weight, grad_output, eps=1e-5):
+    x = x.detach().requires_grad_(True)
+    w = weight.detach().requires_grad_(True)
+    b = torch.zeros_like(w, requires_grad=True)
+    out = F.layer_norm(x, (x.size(-1),), w, b, eps)
+    return torch.autograd.grad((out * grad_output).sum(), (x, w, b))
+''')}, LN_BACKWARD),
+]
+ALTERNATIVES += [
+    Alternative("ln_backward_compact", "the compact formula (E g - sum g - x_hat sum(g x_hat)) / (E sigma), Tensor.var "
+                "with unbiased=False",
+                {"layer_norm_backward": Replace('''
+def layer_norm_backward(x, weight, grad_output, eps=1e-5):
+    E = x.shape[-1]
+    mu = x.mean(-1, keepdim=True)
+    sigma = (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+    xh = (x - mu) / sigma
+    dxh = grad_output * weight
+    dx = (E * dxh - dxh.sum(-1, keepdim=True) - xh * (dxh * xh).sum(-1, keepdim=True)) / (E * sigma)
+    flat = lambda t: t.reshape(-1, E)
+    return dx, (flat(grad_output) * flat(xh)).sum(0), flat(grad_output).sum(0)
+''')}),
+    Alternative("ln_backward_jacobian_float64", "each token's Jacobian built explicitly in float64 and applied with a "
+                "batched product, the results cast back",
+                {"layer_norm_backward": Replace('''
+def layer_norm_backward(x, weight, grad_output, eps=1e-5):
+    dtype, E = x.dtype, x.shape[-1]
+    xd, w, g = x.double(), weight.double(), grad_output.double()
+    mu = xd.mean(-1, keepdim=True)
+    r = 1 / torch.sqrt(((xd - mu) ** 2).mean(-1, keepdim=True) + eps)
+    xh = (xd - mu) * r
+    eye = torch.eye(E, dtype=torch.float64)
+    jac = r.unsqueeze(-1) * (eye - 1.0 / E - xh.unsqueeze(-1) * xh.unsqueeze(-2) / E)
+    dx = ((g * w).unsqueeze(-2) @ jac).squeeze(-2)
+    lead = list(range(xd.dim() - 1))
+    gw = (g * xh).sum(dim=lead) if lead else g * xh
+    gb = g.sum(dim=lead) if lead else g
+    return dx.to(dtype), gw.to(dtype), gb.to(dtype)
+''')}),
+]
