@@ -386,3 +386,81 @@ WRONG += [
           {"mha_from_bert": Replace(MHA_FROM_BERT_DELEGATES)},
           ["test_mha_from_bert_visible", "test_mha_from_bert_hidden"]),
 ]
+
+# Exercise 3b, multi_head_attention (issue 36: a debug exercise): the colleague's function with some of its three
+# bugs left, and correct fixes in other styles.
+DEBUG = ["test_multi_head_attention_visible", "test_multi_head_attention_hidden"]
+COLLEAGUE = '''
+def multi_head_attention(query, key, value, lengths, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+                         n_heads):
+    B, T_q, E = query.shape
+    T_k = key.shape[1]
+    d = E // n_heads
+    w_q, w_k, w_v = in_proj_weight.chunk(3)
+    b_q, b_k, b_v = in_proj_bias.chunk(3)
+    q = (query @ w_q.T + b_q).reshape(B, n_heads, T_q, d)
+    k = (key @ w_k.T + b_k).reshape(B, n_heads, T_k, d)
+    v = (value @ w_v.T + b_v).reshape(B, n_heads, T_k, d)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(E)
+    if lengths is not None:
+        is_real = torch.arange(T_k) < lengths[:, None]
+        scores = scores.masked_fill(~is_real[:, None, :], float("-inf"))
+    attn = torch.softmax(scores, dim=-1)
+    context = (attn @ v).transpose(1, 2).reshape(B, T_q, E)
+    return context @ out_proj_weight.T + out_proj_bias, attn
+'''
+_FIXES = {"split": [(".reshape(B, n_heads, T_q, d)", ".reshape(B, T_q, n_heads, d).transpose(1, 2)"),
+                    (".reshape(B, n_heads, T_k, d)", ".reshape(B, T_k, n_heads, d).transpose(1, 2)")],
+          "scale": [("math.sqrt(E)", "math.sqrt(d)")],
+          "mask": [("~is_real[:, None, :]", "~is_real[:, None, None, :]")]}
+
+
+def _colleague_fixed(*bugs_fixed):
+    text = COLLEAGUE
+    for bug in bugs_fixed:
+        for old, new in _FIXES[bug]:
+            assert old in text, old
+            text = text.replace(old, new)
+    return text
+
+
+COLLEAGUE_FIXED = _colleague_fixed("split", "scale", "mask")
+WRONG += [
+    Wrong("debug_unchanged", "the colleague's function handed in as it is: all three bugs",
+          {"multi_head_attention": Replace(COLLEAGUE)}, DEBUG),
+    Wrong("debug_split_left", "the scale and the mask fixed; the heads still cut by a reshape without the transpose",
+          {"multi_head_attention": Replace(_colleague_fixed("scale", "mask"))}, DEBUG),
+    Wrong("debug_scale_left", "the split and the mask fixed; the scores still divided by sqrt(embed_dim)",
+          {"multi_head_attention": Replace(_colleague_fixed("split", "mask"))}, DEBUG),
+    Wrong("debug_mask_left", "the split and the scale fixed; the padding mask still (B, 1, T_k), its B on the head axis",
+          {"multi_head_attention": Replace(_colleague_fixed("split", "scale"))}, DEBUG),
+    Wrong("debug_mask_transposed", "the mask 'fixed' to (B, 1, T_k, 1): it blocks queries instead of keys",
+          {"multi_head_attention": Replace(COLLEAGUE_FIXED.replace("~is_real[:, None, None, :]",
+                                                                   "~is_real[:, None, :, None]"))}, DEBUG),
+    Wrong("debug_merge_broken", "the split fixed by also dropping the transpose of the merge (a reshape both ways)",
+          {"multi_head_attention": Replace(_colleague_fixed("scale", "mask").replace(
+              "(attn @ v).transpose(1, 2).reshape(B, T_q, E)", "(attn @ v).reshape(B, T_q, E)"))}, DEBUG),
+]
+ALTERNATIVES += [
+    Alternative("debug_minimal_fix", "the colleague's function with the three lines fixed, nothing else changed",
+                {"multi_head_attention": Replace(COLLEAGUE_FIXED)}),
+    Alternative("debug_view_permute_bool_mask", "view + permute for the heads, a key mask built with unsqueeze, "
+                "F.linear for the projections",
+                {"multi_head_attention": Replace('''
+def multi_head_attention(query, key, value, lengths, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias,
+                         n_heads):
+    B, T_q, E = query.shape
+    T_k, d = key.shape[1], E // n_heads
+    w = in_proj_weight.split(E)
+    b = in_proj_bias.split(E)
+    q, k, v = (F.linear(t, w_i, b_i).view(B, -1, n_heads, d).permute(0, 2, 1, 3)
+               for t, w_i, b_i in zip((query, key, value), w, b))
+    scores = q @ k.transpose(2, 3) * d ** -0.5
+    if lengths is not None:
+        keep = torch.arange(T_k).unsqueeze(0) < lengths.unsqueeze(1)
+        scores = scores.masked_fill(keep.unsqueeze(1).unsqueeze(2).logical_not(), -math.inf)
+    attn = scores.softmax(-1)
+    out = (attn @ v).permute(0, 2, 1, 3).contiguous().view(B, T_q, E)
+    return F.linear(out, out_proj_weight, out_proj_bias), attn
+''')}),
+]
