@@ -405,7 +405,7 @@ def multi_head_attention(query, key, value, lengths, in_proj_weight, in_proj_bia
     if lengths is not None:
         is_real = torch.arange(T_k) < lengths[:, None]
         scores = scores.masked_fill(~is_real[:, None, :], float("-inf"))
-    attn = torch.softmax(scores, dim=-1)
+    attn = torch.softmax(scores, -1)
     context = (attn @ v).transpose(1, 2).reshape(B, T_q, E)
     return context @ out_proj_weight.T + out_proj_bias, attn
 '''
