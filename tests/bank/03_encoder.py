@@ -134,10 +134,10 @@ WRONG = [
            "answer_q2": Sub('answer_q2 = "b"', 'answer_q2 = "a"'),
            "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "b"')},
           ["test_q1", "test_q2", "test_q3"]),
-    Wrong("q4_weights_only", "predicts question 4 as 12 E^2 (the weight matrices, no biases, no LayerNorms)",
-          {"answer_q4": Sub("answer_q4 = 3152384", "answer_q4 = 12 * 512 ** 2")}, ["test_q4"]),
+    Wrong("q4_weights_only", "predicts question 4 as 4 E^2 + 2 k E^2 (the weight matrices, no biases, no LayerNorms)",
+          {"answer_q4": Sub("answer_q4 = 527104", "answer_q4 = 8 * 256 ** 2")}, ["test_q4"]),
     Wrong("q4_string", "answers the prediction of question 4 with a string",
-          {"answer_q4": Sub("answer_q4 = 3152384", 'answer_q4 = "3,152,384"')}, ["test_q4"]),
+          {"answer_q4": Sub("answer_q4 = 527104", 'answer_q4 = "527,104"')}, ["test_q4"]),
 ]
 
 BLOCK_STEPWISE = '''
@@ -300,7 +300,7 @@ ALTERNATIVES = [
                 {"pre_ln_block": Replace(PRE_LN_SUBCLASS)}),
     Alternative("answers_upper_case", "multiple-choice answers in capitals with spaces",
                 {"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = " D "'),
-                 "answer_q4": Sub("answer_q4 = 3152384", "answer_q4 = 3152384.0"),
+                 "answer_q4": Sub("answer_q4 = 527104", "answer_q4 = 527104.0"),
                  "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "A"')}),
 ]
 
