@@ -1,5 +1,5 @@
 """Bank of 02_multi_head_attention: common multi-head attention bugs, and correct alternatives."""
-from course.bank import Alternative, Replace, Sub, Wrong
+from course.bank import Advised, Alternative, Replace, Sub, Wrong
 
 SPLIT = ["test_split_heads_visible", "test_split_heads_hidden"]
 MERGE = ["test_merge_heads_visible", "test_merge_heads_hidden"]
@@ -144,9 +144,10 @@ class MultiHeadAttention(nn.Module):
                                    Sub("MultiHeadAttention(embed_dim, self_attention.num_attention_heads)",
                                        "MultiHeadAttention(embed_dim, 12)")]},
           loses=BERT),
-    Wrong("bert_not_moved", "mha_from_bert leaves the new module on the default device, not on BERT's",
-          edits={"mha_from_bert": Sub("return mha.to(self_attention.query.weight.device).eval()", "return mha.eval()")},
-          loses=BERT),
+    Advised("bert_not_moved", "mha_from_bert leaves the new module on the default device, not on BERT's (only the "
+            "kernel's report of its devices shows it, so it is advice at grading)",
+            edits={"mha_from_bert": Sub("return mha.to(self_attention.query.weight.device).eval()", "return mha.eval()")},
+            cells=BERT),
     Wrong("bert_shares_value_layer", "mha_from_bert uses BERT's own value layer (shared, not copied)",
           edits={"mha_from_bert": Sub("    return mha.to(self_attention.query.weight.device).eval()",
                                       "    mha.value_matrix = self_attention.value\n"
