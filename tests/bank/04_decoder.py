@@ -363,3 +363,60 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None,
     Alternative("q2_rounded_prediction", "question 2: a rounded prediction within the stated 10%",
                 edits={"answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 40")}),
 ]
+
+# Exercise 6, FixedDecoderLayer (issue 36: a debug exercise): each entry leaves one of the colleague's bugs in, or
+# fixes one the wrong way.
+FIXED = ["test_FixedDecoderLayer_visible", "test_FixedDecoderLayer_hidden"]
+WRONG += [
+    Wrong("debug_mask_sees_next", "the causal mask left as the colleague wrote it: tril(diagonal=1), so position t "
+          "also reads target position t + 1",
+          {"FixedDecoderLayer": Sub("dtype=torch.bool, device=device))", "dtype=torch.bool, device=device), diagonal=1)")},
+          FIXED),
+    Wrong("debug_mask_hides_self", "the causal mask over-corrected to a strictly lower triangle: position t cannot read "
+          "itself (position 0 has no key)",
+          {"FixedDecoderLayer": Sub("dtype=torch.bool, device=device))", "dtype=torch.bool, device=device), diagonal=-1)")},
+          FIXED),
+    Wrong("debug_cross_reads_target", "the cross-attention left reading the target stream as its keys and values",
+          {"FixedDecoderLayer": Sub("self.multihead_attn(x, enc_out, enc_out,", "self.multihead_attn(x, x, x,")},
+          FIXED),
+    Wrong("debug_source_padding_on_target", "the source padding mask left on the target's self-attention as well",
+          {"FixedDecoderLayer": Sub("return ~allowed, None, (None if src_real is None else ~src_real)",
+                                    "padding = None if src_real is None else ~src_real\n"
+                                    "        return ~allowed, padding, padding")},
+          FIXED),
+    Wrong("debug_cross_padding_dropped", "the source padding removed from the self-attention and from the "
+          "cross-attention too: padded source vectors are read",
+          {"FixedDecoderLayer": Sub("return ~allowed, None, (None if src_real is None else ~src_real)",
+                                    "return ~allowed, None, None")},
+          FIXED),
+]
+ALTERNATIVES += [
+    Alternative("debug_library_forward", "the fix through nn.TransformerDecoderLayer's own forward, given PyTorch's "
+                "masks (a float causal mask from generate_square_subsequent_mask)",
+                {"FixedDecoderLayer": Replace('''
+class FixedDecoderLayer(ColleagueDecoderLayer):
+    def forward(self, x, enc_out, src_real=None):
+        blocked = nn.Transformer.generate_square_subsequent_mask(x.size(1), device=x.device)
+        padding = None if src_real is None else src_real.logical_not()
+        return nn.TransformerDecoderLayer.forward(self, x, enc_out, tgt_mask=blocked,
+                                                  memory_key_padding_mask=padding)
+''')}),
+    Alternative("debug_class_rewritten", "the class written anew from nn.TransformerDecoderLayer, one forward with "
+                "every step explicit",
+                {"FixedDecoderLayer": Replace('''
+class FixedDecoderLayer(nn.TransformerDecoderLayer):
+    def __init__(self, embed_dim, n_heads, dim_feedforward, dropout=0.0):
+        super().__init__(embed_dim, n_heads, dim_feedforward, dropout, batch_first=True)
+
+    def forward(self, x, enc_out, src_real=None):
+        T = x.size(1)
+        steps = torch.arange(T, device=x.device)
+        future = steps[None, :] > steps[:, None]
+        pad = None if src_real is None else ~src_real.bool()
+        h = self.self_attn(x, x, x, attn_mask=future, need_weights=False)[0]
+        x = self.norm1(x + self.dropout1(h))
+        h = self.multihead_attn(x, enc_out, enc_out, key_padding_mask=pad, need_weights=False)[0]
+        x = self.norm2(x + self.dropout2(h))
+        return self.norm3(x + self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(x))))))
+''')}),
+]
