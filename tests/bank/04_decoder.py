@@ -29,19 +29,19 @@ WRONG = [
     Wrong("block_ignores_src_mask", "cross-attention without the source padding mask",
           edits={"DecoderBlock": Sub("self.transformer_block(x, enc_out, enc_out, src_mask)",
                                      "self.transformer_block(x, enc_out, enc_out)")},
-          loses=["test_DecoderBlock_hidden"]),
+          loses=BLOCK),
     Wrong("block_no_self_dropout", "the self-attention output is added back without self.dropout",
           edits={"DecoderBlock": Sub("self.norm(x + self.dropout(self.attention(x, x, x, tgt_mask)))",
                                      "self.norm(x + self.attention(x, x, x, tgt_mask))")},
-          loses=["test_DecoderBlock_hidden"]),
+          loses=BLOCK),
     Wrong("block_attention_no_dropout", "the masked self-attention is built without the dropout rate",
           edits={"DecoderBlock": Sub("MultiHeadAttention(embed_dim, n_heads, dropout=dropout)",
                                      "MultiHeadAttention(embed_dim, n_heads)")},
-          loses=["test_DecoderBlock_hidden"]),
+          loses=BLOCK),
     Wrong("block_cross_no_dropout", "the TransformerBlock (cross-attention and feed-forward) is built with its default dropout",
           edits={"DecoderBlock": Sub("TransformerBlock(embed_dim, expansion_factor, n_heads, dropout=dropout)",
                                      "TransformerBlock(embed_dim, expansion_factor, n_heads)")},
-          loses=["test_DecoderBlock_hidden"]),
+          loses=BLOCK),
     Wrong("block_default_expansion", "the TransformerBlock is built without expansion_factor (its default 4)",
           edits={"DecoderBlock": Sub("TransformerBlock(embed_dim, expansion_factor, n_heads, dropout=dropout)",
                                      "TransformerBlock(embed_dim, n_heads=n_heads, dropout=dropout)")},
@@ -61,11 +61,11 @@ WRONG = [
     Wrong("decoder_positional_no_dropout", "the decoder's positional encoder is built without the dropout rate",
           edits={"TransformerDecoder": Sub("PositionalEmbedding(seq_len, embed_dim, dropout)",
                                            "PositionalEmbedding(seq_len, embed_dim)")},
-          loses=["test_TransformerDecoder_hidden"]),
+          loses=DECODER),
     Wrong("decoder_blocks_default_dropout", "the decoder's blocks are built without the dropout rate",
           edits={"TransformerDecoder": Sub("DecoderBlock(embed_dim, expansion_factor, n_heads, dropout)",
                                            "DecoderBlock(embed_dim, expansion_factor, n_heads)")},
-          loses=["test_TransformerDecoder_hidden"]),
+          loses=DECODER),
     # ---- Transformer
     Wrong("model_no_tgt_mask", "decoder without target mask: forward passes no causal mask to the decoder",
           edits={"Transformer": Sub("self.decoder(trg, enc_out, self.make_trg_mask(trg), src_mask)",
@@ -78,19 +78,19 @@ WRONG = [
           loses=MODEL),
     Wrong("model_src_mask_not_in_decoder", "the source padding mask reaches the encoder but not the decoder",
           edits={"Transformer": Sub("self.make_trg_mask(trg), src_mask)", "self.make_trg_mask(trg))")},
-          loses=["test_Transformer_hidden"]),
+          loses=MODEL),
     Wrong("model_default_num_layers", "the encoder is built with its default num_layers",
           edits={"Transformer": Sub("TransformerEncoder(seq_length, src_vocab_size, embed_dim, num_layers=num_layers,",
                                     "TransformerEncoder(seq_length, src_vocab_size, embed_dim,")},
-          loses=["test_Transformer_hidden"]),
+          loses=MODEL),
     Wrong("model_decoder_default_num_layers", "the decoder is built with its default num_layers",
           edits={"Transformer": Sub("TransformerDecoder(target_vocab_size, embed_dim, seq_length, num_layers=num_layers,",
                                     "TransformerDecoder(target_vocab_size, embed_dim, seq_length,")},
-          loses=["test_Transformer_hidden"]),
+          loses=MODEL),
     Wrong("model_mask_on_cpu", "make_trg_mask builds the mask on the CPU whatever trg's device",
           edits={"Transformer": Sub("return causal_mask(trg.size(1)).to(trg.device)[None, None]",
                                     "return causal_mask(trg.size(1))[None, None]")},
-          loses=["test_Transformer_hidden"]),
+          loses=MODEL),
     # ---- greedy_decode
     Wrong("greedy_last_token_only", "decoding feeds back only the last predicted token (a common implementation)",
           edits={"greedy_decode": Sub(
@@ -141,11 +141,11 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
     Wrong("greedy_ys_on_cpu", "ys is created on the CPU whatever src's device",
           edits={"greedy_decode": Sub("ys = torch.full((batch, 1), sos_idx, dtype=torch.long, device=src.device)",
                                       "ys = torch.full((batch, 1), sos_idx, dtype=torch.long)")},
-          loses=["test_greedy_decode_hidden"]),
+          loses=GREEDY),
     Wrong("greedy_done_on_cpu", "the finished-rows flags are created on the CPU whatever src's device",
           edits={"greedy_decode": Sub("done = torch.zeros(batch, dtype=torch.bool, device=src.device)",
                                       "done = torch.zeros(batch, dtype=torch.bool)")},
-          loses=["test_greedy_decode_hidden"]),
+          loses=GREEDY),
     # ---- beam_search (optional stretch, bonus cell)
     Wrong("beam_adds_probabilities", "beam search adds probabilities instead of log-probabilities",
           edits={"beam_search": Sub("logits[:, -1].log_softmax(dim=-1)", "logits[:, -1].softmax(dim=-1)")},
@@ -222,36 +222,36 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None,
           loses=GPT),
     Wrong("gpt_mask_on_cpu", "the causal mask is built on the CPU whatever x's device",
           edits={"DecoderOnlyTransformer": Sub("mask = causal_mask(x.size(1)).to(x.device)", "mask = causal_mask(x.size(1))")},
-          loses=["test_DecoderOnlyTransformer_hidden"]),
+          loses=GPT),
     Wrong("gpt_positional_no_dropout", "the positional encoder is built without the dropout rate",
           edits={"DecoderOnlyTransformer": Sub("PositionalEmbedding(seq_len, embed_dim, dropout=dropout)",
                                                "PositionalEmbedding(seq_len, embed_dim)")},
-          loses=["test_DecoderOnlyTransformer_hidden"]),
+          loses=GPT),
     Wrong("gpt_blocks_default_dropout", "the blocks are built without the dropout rate",
           edits={"DecoderOnlyTransformer": Sub("TransformerBlock(embed_dim, expansion_factor, n_heads, dropout=dropout)",
                                                "TransformerBlock(embed_dim, expansion_factor, n_heads)")},
-          loses=["test_DecoderOnlyTransformer_hidden"]),
+          loses=GPT),
     # ---- gradients: right outputs, a part cut from the graph
     Wrong("block_residual_detached", "a stop-gradient on the self-attention sublayer's residual (x.detach() + ...): the "
           "output is right and every parameter still gets a gradient, but the gradient with respect to x is not "
           "nn.TransformerDecoderLayer's",
           edits={"DecoderBlock": Sub("x = self.norm(x + self.dropout(self.attention(x, x, x, tgt_mask)))",
                                      "x = self.norm(x.detach() + self.dropout(self.attention(x, x, x, tgt_mask)))")},
-          loses=["test_DecoderBlock_hidden"]),
+          loses=BLOCK),
     Wrong("block_enc_out_detached", "the cross-attention reads enc_out.detach(): right outputs, every parameter of the "
           "block gets a gradient, but none reaches enc_out (the encoder below would never learn)",
           edits={"DecoderBlock": Sub("self.transformer_block(x, enc_out, enc_out, src_mask)",
                                      "self.transformer_block(x, enc_out.detach(), enc_out.detach(), src_mask)")},
-          loses=["test_DecoderBlock_hidden"]),
+          loses=BLOCK),
     Wrong("decoder_enc_out_detached", "the decoder passes enc_out.detach() to its blocks: right logits, every decoder "
           "parameter gets a gradient, none reaches enc_out",
           edits={"TransformerDecoder": Sub("x = layer(x, enc_out, tgt_mask, src_mask)",
                                            "x = layer(x, enc_out.detach(), tgt_mask, src_mask)")},
-          loses=["test_TransformerDecoder_hidden"]),
+          loses=DECODER),
     Wrong("gpt_keys_values_detached", "the decoder-only model detaches the keys and values it passes to each block: right "
           "logits, every parameter gets a gradient, but the embeddings' (and earlier blocks') gradients are wrong",
           edits={"DecoderOnlyTransformer": Sub("h = layer(h, h, h, mask)", "h = layer(h, h.detach(), h.detach(), mask)")},
-          loses=["test_DecoderOnlyTransformer_hidden"]),
+          loses=GPT),
     # ---- questions
     Wrong("q1_no_future_leak_confusion", "question 1 answered with the future-leak option",
           edits={"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = "c"')}, loses=["test_answer_q1"]),
@@ -362,4 +362,61 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None,
                        "answer_q4": Sub('answer_q4 = "c"', 'answer_q4 = "C"')}),
     Alternative("q2_rounded_prediction", "question 2: a rounded prediction within the stated 10%",
                 edits={"answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 40")}),
+]
+
+# Exercise 6, FixedDecoderLayer (issue 36: a debug exercise): each entry leaves one of the colleague's bugs in, or
+# fixes one the wrong way.
+FIXED = ["test_FixedDecoderLayer_visible", "test_FixedDecoderLayer_hidden"]
+WRONG += [
+    Wrong("debug_mask_sees_next", "the causal mask left as the colleague wrote it: tril(diagonal=1), so position t "
+          "also reads target position t + 1",
+          {"FixedDecoderLayer": Sub("dtype=torch.bool, device=device))", "dtype=torch.bool, device=device), diagonal=1)")},
+          FIXED),
+    Wrong("debug_mask_hides_self", "the causal mask over-corrected to a strictly lower triangle: position t cannot read "
+          "itself (position 0 has no key)",
+          {"FixedDecoderLayer": Sub("dtype=torch.bool, device=device))", "dtype=torch.bool, device=device), diagonal=-1)")},
+          FIXED),
+    Wrong("debug_cross_reads_target", "the cross-attention left reading the target stream as its keys and values",
+          {"FixedDecoderLayer": Sub("self.multihead_attn(x, enc_out, enc_out,", "self.multihead_attn(x, x, x,")},
+          FIXED),
+    Wrong("debug_source_padding_on_target", "the source padding mask left on the target's self-attention as well",
+          {"FixedDecoderLayer": Sub("return ~allowed, None, (None if src_real is None else ~src_real)",
+                                    "padding = None if src_real is None else ~src_real\n"
+                                    "        return ~allowed, padding, padding")},
+          FIXED),
+    Wrong("debug_cross_padding_dropped", "the source padding removed from the self-attention and from the "
+          "cross-attention too: padded source vectors are read",
+          {"FixedDecoderLayer": Sub("return ~allowed, None, (None if src_real is None else ~src_real)",
+                                    "return ~allowed, None, None")},
+          FIXED),
+]
+ALTERNATIVES += [
+    Alternative("debug_library_forward", "the fix through nn.TransformerDecoderLayer's own forward, given PyTorch's "
+                "masks (a float causal mask from generate_square_subsequent_mask)",
+                {"FixedDecoderLayer": Replace('''
+class FixedDecoderLayer(ColleagueDecoderLayer):
+    def forward(self, x, enc_out, src_real=None):
+        blocked = nn.Transformer.generate_square_subsequent_mask(x.size(1), device=x.device)
+        padding = None if src_real is None else src_real.logical_not()
+        return nn.TransformerDecoderLayer.forward(self, x, enc_out, tgt_mask=blocked,
+                                                  memory_key_padding_mask=padding)
+''')}),
+    Alternative("debug_class_rewritten", "the class written anew from nn.TransformerDecoderLayer, one forward with "
+                "every step explicit",
+                {"FixedDecoderLayer": Replace('''
+class FixedDecoderLayer(nn.TransformerDecoderLayer):
+    def __init__(self, embed_dim, n_heads, dim_feedforward, dropout=0.0):
+        super().__init__(embed_dim, n_heads, dim_feedforward, dropout, batch_first=True)
+
+    def forward(self, x, enc_out, src_real=None):
+        T = x.size(1)
+        steps = torch.arange(T, device=x.device)
+        future = steps[None, :] > steps[:, None]
+        pad = None if src_real is None else ~src_real.bool()
+        h = self.self_attn(x, x, x, attn_mask=future, need_weights=False)[0]
+        x = self.norm1(x + self.dropout1(h))
+        h = self.multihead_attn(x, enc_out, enc_out, key_padding_mask=pad, need_weights=False)[0]
+        x = self.norm2(x + self.dropout2(h))
+        return self.norm3(x + self.dropout3(self.linear2(self.dropout(F.relu(self.linear1(x))))))
+''')}),
 ]
