@@ -1,6 +1,6 @@
 """Bank of 04_decoder (gate 4): common decoder bugs must lose the cells that test them;
 correct alternatives must keep full marks."""
-from course.bank import Alternative, Replace, Sub, Wrong
+from course.bank import Advised, Alternative, Replace, Sub, Wrong
 
 BLOCK = ["test_DecoderBlock_visible", "test_DecoderBlock_hidden"]
 DECODER = ["test_TransformerDecoder_visible", "test_TransformerDecoder_hidden"]
@@ -87,10 +87,10 @@ WRONG = [
           edits={"Transformer": Sub("TransformerDecoder(target_vocab_size, embed_dim, seq_length, num_layers=num_layers,",
                                     "TransformerDecoder(target_vocab_size, embed_dim, seq_length,")},
           loses=MODEL),
-    Wrong("model_mask_on_cpu", "make_trg_mask builds the mask on the CPU whatever trg's device",
+    Advised("model_mask_on_cpu", "make_trg_mask builds the mask on the CPU whatever trg's device (advice at grading: only the kernel's run on meta shows it)",
           edits={"Transformer": Sub("return causal_mask(trg.size(1)).to(trg.device)[None, None]",
                                     "return causal_mask(trg.size(1))[None, None]")},
-          loses=MODEL),
+          cells=MODEL),
     # ---- greedy_decode
     Wrong("greedy_last_token_only", "decoding feeds back only the last predicted token (a common implementation)",
           edits={"greedy_decode": Sub(
@@ -138,14 +138,14 @@ def greedy_decode(model, src, max_len, sos_idx, eos_idx, src_mask=None):
     Wrong("greedy_src_mask_encoder_only", "the source mask reaches the encoder but not the decoder's cross-attention",
           edits={"greedy_decode": Sub("model.make_trg_mask(ys), src_mask)", "model.make_trg_mask(ys))")},
           loses=GREEDY),
-    Wrong("greedy_ys_on_cpu", "ys is created on the CPU whatever src's device",
+    Advised("greedy_ys_on_cpu", "ys is created on the CPU whatever src's device (advice at grading: only the kernel's run on meta shows it)",
           edits={"greedy_decode": Sub("ys = torch.full((batch, 1), sos_idx, dtype=torch.long, device=src.device)",
                                       "ys = torch.full((batch, 1), sos_idx, dtype=torch.long)")},
-          loses=GREEDY),
-    Wrong("greedy_done_on_cpu", "the finished-rows flags are created on the CPU whatever src's device",
+          cells=GREEDY),
+    Advised("greedy_done_on_cpu", "the finished-rows flags are created on the CPU whatever src's device (advice at grading: only the kernel's run on meta shows it)",
           edits={"greedy_decode": Sub("done = torch.zeros(batch, dtype=torch.bool, device=src.device)",
                                       "done = torch.zeros(batch, dtype=torch.bool)")},
-          loses=GREEDY),
+          cells=GREEDY),
     # ---- beam_search (optional stretch, bonus cell)
     Wrong("beam_adds_probabilities", "beam search adds probabilities instead of log-probabilities",
           edits={"beam_search": Sub("logits[:, -1].log_softmax(dim=-1)", "logits[:, -1].softmax(dim=-1)")},
@@ -220,9 +220,9 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None,
     Wrong("gpt_softmax", "the decoder-only model returns probabilities",
           edits={"DecoderOnlyTransformer": Sub("return self.fc_out(h)", "return self.fc_out(h).softmax(dim=-1)")},
           loses=GPT),
-    Wrong("gpt_mask_on_cpu", "the causal mask is built on the CPU whatever x's device",
+    Advised("gpt_mask_on_cpu", "the causal mask is built on the CPU whatever x's device (advice at grading: only the kernel's run on meta shows it)",
           edits={"DecoderOnlyTransformer": Sub("mask = causal_mask(x.size(1)).to(x.device)", "mask = causal_mask(x.size(1))")},
-          loses=GPT),
+          cells=GPT),
     Wrong("gpt_positional_no_dropout", "the positional encoder is built without the dropout rate",
           edits={"DecoderOnlyTransformer": Sub("PositionalEmbedding(seq_len, embed_dim, dropout=dropout)",
                                                "PositionalEmbedding(seq_len, embed_dim)")},

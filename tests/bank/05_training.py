@@ -1,6 +1,6 @@
 """Gate 4 bank of 05_training: common wrong submissions (each must lose exactly its cells) and
 correct alternatives in other styles (each must keep full marks)."""
-from course.bank import Alternative, Replace, Sub, Wrong
+from course.bank import Advised, Alternative, Replace, Sub, Wrong
 
 LS = ["test_label_smoothing_loss_visible", "test_label_smoothing_loss_hidden"]
 NOAM = ["test_noam_lr_visible", "test_noam_lr_hidden"]
@@ -32,10 +32,10 @@ WRONG = [
                                              "    return F.cross_entropy(logits, target, label_smoothing=smoothing, "
                                              "ignore_index=-100 if ignore_index is None else ignore_index)\n")},
           loses=LS),
-    Wrong("ls_helper_on_cpu", "builds the all-True mask on the CPU, whatever the logits' device",
+    Advised("ls_helper_on_cpu", "builds the all-True mask on the CPU, whatever the logits' device (advice at grading: only the kernel's run on meta shows it)",
           edits={"label_smoothing_loss": Sub("keep = torch.ones_like(target, dtype=torch.bool)",
                                              "keep = torch.ones(target.shape, dtype=torch.bool)")},
-          loses=LS),
+          cells=LS),
     Wrong("ls_detached_uniform_term", "detaches the uniform term: the right value, but part of the gradient is lost",
           edits={"label_smoothing_loss": Sub("uniform = -log_probs.mean(dim=-1)",
                                              "uniform = -log_probs.detach().mean(dim=-1)")},
@@ -141,10 +141,10 @@ WRONG = [
     Wrong("sample_at_least_one_token", "draws one token even when max_new_tokens is 0",
           edits={"sample": Sub("for _ in range(max_new_tokens):", "for _ in range(max(max_new_tokens, 1)):")},
           loses=SAMPLE),
-    Wrong("sample_helper_on_cpu", "fills the dropped logits from a tensor built on the CPU, whatever the model's device",
+    Advised("sample_helper_on_cpu", "fills the dropped logits from a tensor built on the CPU, whatever the model's device (advice at grading: only the kernel's run on meta shows it)",
           edits={"sample": Sub('logits = logits.masked_fill(logits < kth, float("-inf"))',
                                'logits = torch.where(logits < kth, torch.full(logits.shape, float("-inf")), logits)')},
-          loses=SAMPLE),
+          cells=SAMPLE),
     # ---- top_p_filter (optional stretch)
     Wrong("top_p_drops_crossing_token", "keeps only the tokens whose running sum stays below p, dropping the one "
           "that reaches p",
