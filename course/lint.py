@@ -345,10 +345,38 @@ def internal_words(assignment: str, root: Path | None = None) -> list[str]:
     return problems
 
 
+# --- Exercises where the student reasons (issue 36) -----------------------------------------
+# Every notebook has at least one exercise or question where the student must reason, not
+# transcribe a contract: a derivation checked against autograd, a bug hunt graded by behaviour, a
+# prediction the text has not answered, or a choice defended by a measured number. Its header line
+# starts with its kind, beside the difficulty and minutes.
+KIND = re.compile(r"^\*\*Kind:\*\*\s*\*?([A-Za-z]+)", re.M)
+KINDS = ("derive", "debug", "predict", "choose")
+
+
+def kind_problems(assignment: str, root: Path | None = None) -> list[str]:
+    """At least one header names a kind of reasoning exercise, and every kind named is one of KINDS."""
+    root = root or repo_root()
+    path = source_notebook(assignment, root)
+    found, problems = [], []
+    for cell in C.read(path).cells:
+        if cell.cell_type != "markdown":
+            continue
+        for m in KIND.finditer(cell.source):
+            if m.group(1) not in KINDS:
+                problems.append(f"{path}: '**Kind:** {m.group(1)}' is not one of {', '.join(KINDS)}")
+            else:
+                found.append(m.group(1))
+    if not found:
+        problems.append(f"{path}: no exercise or question whose header starts '**Kind:** "
+                        f"{'|'.join(KINDS)}' (each notebook has one where the student reasons)")
+    return problems
+
+
 def teaching_problems(assignment: str, root: Path | None = None) -> list[str]:
     """Everything issue 12 and 13 ask of a notebook's text (the dictation gate included)."""
     root = root or repo_root()
     total, leaked = dictation(assignment, root)
     return ([f"{release_notebook(assignment, root)}: solution line {x}" for x in leaked]
             + exercise_problems(assignment, root) + internal_words(assignment, root)
-            + assessment_problems(assignment, root))
+            + assessment_problems(assignment, root) + kind_problems(assignment, root))

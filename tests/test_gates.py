@@ -83,6 +83,32 @@ def test_rubrics_reach_the_grader_not_the_student(graded, assignment):
     assert got == source, "the autograded notebook does not have the whole rubric back"
 
 
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_gate8_an_exercise_where_the_student_reasons(assignment):
+    problems = lint.kind_problems(assignment, ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_kind_gate_catches_what_it_should(tmp_path):
+    """No kind, or a kind that is not one of the four, is caught; a header with one passes; a
+    sentence that mentions the word in prose does not count."""
+    from course import cells as C
+    root = tmp_path / "course"
+    (root / "source" / "x").mkdir(parents=True)
+
+    def problems(*texts):
+        C.write(C.new_notebook([C.markdown(t) for t in texts]), root / "source" / "x" / "x.ipynb")
+        return lint.kind_problems("x", root)
+
+    header = "**Difficulty:** 2/5 · **Importance:** 3/5 · **Time:** ~10 min · **Concept:** x"
+    assert problems("### Exercise 1: f\n\n**Kind:** debug · " + header) == []
+    assert problems("### Q1\n\n**Kind:** *predict* · before the run") == []
+    missing = problems("### Exercise 1: f\n\n" + header, "A header that starts with **Kind:** derive ...")
+    assert len(missing) == 1 and "no exercise or question" in missing[0]
+    wrong = problems("### Exercise 1: f\n\n**Kind:** translate · " + header)
+    assert len(wrong) == 2 and "'**Kind:** translate' is not one of" in wrong[0]
+
+
 def test_gate8_multiple_choice_keys_are_spread():
     problems = lint.answer_key_balance(ROOT)
     assert not problems, "\n".join(problems)
