@@ -142,9 +142,10 @@ def check_seed(grading_seed, name: str) -> int:
 # ----------------------------------------------------------------------------- the data
 
 class KernelText(str):
-    """A string the kernel sent. It compares, hashes and slices as the text itself, so a judge uses
-    it as any string; formatted into a message (f-string, repr, %-format) it shows only its length,
-    so no text from the student's kernel reaches feedback through a verdict."""
+    """A string the kernel sent. It compares, hashes, slices and converts (str()) as the text itself, so
+    a judge uses it as any string; formatted into a message (f-string, repr, a container's repr) it
+    shows only its length. What a judge puts into a message by other routes (str(), +, join) is
+    removed by `redact`, so no text from the student's kernel reaches feedback through a verdict."""
 
     def _shown(self) -> str:
         return f"<text from your code, {len(self)} characters>"
@@ -152,8 +153,8 @@ class KernelText(str):
     def __repr__(self):
         return self._shown()
 
-    def __str__(self):
-        return self._shown()
+    # No __str__: judges normalise text with str(x).lower(); what str() lets through into a message is
+    # caught by `redact`.
 
     def __format__(self, spec):
         return self._shown()

@@ -293,8 +293,11 @@ def test_kernel_text_is_never_quoted():
     text = got["name"]
     assert text == "the secret hidden line of code" and text.startswith("the secret") and len(text) == 30
     assert {text: 1}["the secret hidden line of code"] == 1
-    for shown in (f"{text}", f"{text!r}", str(text), "%s" % text, repr(got), f"{got}"):
+    assert str(text).lower() == "the secret hidden line of code"      # judges normalise text with str()
+    for shown in (f"{text}", f"{text!r}", repr(got), f"{got}"):
         assert "secret" not in shown and "xxxx" not in shown, shown
+    for route in (str(text), "%s" % text, "it says: " + text):             # the routes a judge may still take
+        assert "secret" not in judge.redact(route, ["the secret hidden line of code"]), route
     assert "<text from your code, 30 characters>" in f"{text}"
     raw = ["the secret hidden line of code", "abc"]
     msg = "got " + "".join(raw) + ", and " + raw[0][::-1][:14] + " and " + raw[0][3:20] + " ok"
