@@ -279,8 +279,6 @@ def test_each_cell_has_its_own_seed():
         assert line == f"{judge.SEED_NAME} = {seeds[C.grade_id(cell)]}"
         others = {str(v) for g, v in seeds.items() if g != C.grade_id(cell)} | {str(info["seed"])}
         assert not any(o in cell.source for o in others)
-    again = {}
-    judge.prepare(C.read(source_notebook(A, ROOT)), again)  # no resources path: nothing prepared
     second = {"nbgrader": dict(resources["nbgrader"]), "metadata": dict(resources["metadata"])}
     judge.prepare(C.read(source_notebook(A, ROOT)), second)
     assert not set(second[judge.KEY]["seeds"].values()) & set(seeds.values())
