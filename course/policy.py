@@ -82,6 +82,7 @@ NOTEBOOK_MODULES = {
     "06_gpt": {"transformers": "GPT-2's tokenizer and weights", "bertviz": "the GPT's attention view"},
     "07_experiments": {"transformers": "GPT-2's tokenizer and weights"},
     "08_post_training": {"transformers": "GPT-2's weights", "peft": "the LoRA oracle"},
+    "09_reinforcement_learning": {"transformers": "GPT-2's weights (08's GPU path, the log-probability oracle)"},
 }
 # Attributes and names starting with an underscore that solutions need. Reads only.
 DUNDERS = {

@@ -11,9 +11,10 @@ from course import bank, build, grading, lint
 from conftest import ASSIGNMENTS, ROOT
 
 
-def test_course_has_the_eight_assignments():
+def test_course_has_the_nine_assignments():
     assert ASSIGNMENTS == ["01_attention", "02_multi_head_attention", "03_encoder",
-                           "04_decoder", "05_training", "06_gpt", "07_experiments", "08_post_training"]
+                           "04_decoder", "05_training", "06_gpt", "07_experiments", "08_post_training",
+                           "09_reinforcement_learning"]
 
 
 # Gate 1 -------------------------------------------------------------------------------------
