@@ -39,6 +39,10 @@ WRONG = [
           edits={"verify": Sub("    if any(token >= base_vocab for token in reply):\n        return 0.0\n",
                                "    reply = [token for token in reply if token < base_vocab]\n")},
           loses=VERIFY),
+    Wrong("verify_chat_boundary", "tests chat tokens with `token > base_vocab`: the first chat id (base_vocab itself, "
+          "which this decoder spells as nothing) passes as ordinary text",
+          edits={"verify": Sub("if any(token >= base_vocab for token in reply):", "if any(token > base_vocab for token in reply):")},
+          loses=VERIFY),
     Wrong("verify_no_strip", "compares the decoded text without removing the spaces around it",
           edits={"verify": Sub("return 1.0 if text.strip() == answer else 0.0",
                                "return 1.0 if text == answer else 0.0")},
