@@ -182,12 +182,16 @@ def wait_for_kernel(page, timeout: float = 300) -> None:
     }""", timeout=timeout * 1000, polling=500)
 
 
-def run_all_and_wait(page, timeout: float) -> None:
-    """Run every cell of the open notebook and wait until the kernel has done them all."""
+def run_all(page) -> None:
+    """Start running every cell of the open notebook (Run All) and return at once."""
     # Fire and forget: awaiting the command's promise from Playwright can stall.
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-    deadline = time.time() + timeout
+
+
+def wait_until_run(page, deadline: float) -> None:
+    """Wait until the kernel of the open notebook has run every cell, or raise at `deadline` (time.time())."""
     page.wait_for_timeout(1000)
+    state = {}
     while time.time() < deadline:
         state = page.evaluate("""() => {
             const node = window.jupyterapp.shell.currentWidget.node;
@@ -199,7 +203,7 @@ def run_all_and_wait(page, timeout: float) -> None:
         if state["total"] and not state["busy"] and not state["unrun"]:
             return
         page.wait_for_timeout(1000)
-    raise TimeoutError(f"cells still running or not run after {timeout:.0f} s: {state}")
+    raise TimeoutError(f"cells still running or not run by the deadline: {state}")
 
 
 def save(page, path: Path, timeout: float = 60) -> None:
