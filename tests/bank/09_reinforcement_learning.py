@@ -264,4 +264,48 @@ def pass_at_k(n, c, k):
     return 1.0 - prod
 '''),
                 }),
+    Alternative("negated_max_styles",
+                "verify with a while loop over the reply; advantages from torch.std_mean; the loss as the max of the "
+                "negated objectives, the k3 term with expm1, the mask applied with Tensor.where and a float mask for the "
+                "counts",
+                edits={
+                    "verify": Replace('''
+def verify(reply_ids, answer, decode, end_id, base_vocab):
+    i = 0
+    while i < len(reply_ids) and reply_ids[i] != end_id:
+        if reply_ids[i] >= base_vocab:
+            return 0.0
+        i += 1
+    try:
+        text = decode(reply_ids[:i])
+    except Exception:
+        return 0.0
+    return float(text.strip() == answer)
+'''),
+                    "group_advantages": Replace('''
+def group_advantages(rewards, scale_by_std=True, eps=1e-4):
+    std, mean = torch.std_mean(rewards, dim=-1, keepdim=True)
+    adv = rewards - mean
+    return adv / (std + eps) if scale_by_std else adv
+'''),
+                    "grpo_loss": Replace('''
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_eps=0.2, beta=0.04, aggregation="sequence",
+              max_len=None):
+    if aggregation not in {"sequence", "token", "constant"}:
+        raise ValueError(f"aggregation must be 'sequence', 'token' or 'constant', not {aggregation!r}")
+    ratio = torch.exp(logp - old_logp)
+    A = advantages.unsqueeze(-1)
+    loss = torch.max(-ratio * A, -torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * A)
+    if beta:
+        d = ref_logp - logp
+        loss = loss + beta * (torch.expm1(d) - d)
+    loss = loss.where(mask, loss.new_zeros(()))
+    m = mask.to(loss.dtype)
+    if aggregation == "sequence":
+        return (loss.sum(-1) / m.sum(-1)).mean()
+    if aggregation == "token":
+        return loss.sum() / m.sum()
+    return loss.sum() / (loss.size(0) * (max_len if max_len is not None else loss.size(1)))
+'''),
+                }),
 ]
