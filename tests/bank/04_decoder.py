@@ -261,8 +261,11 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None,
           edits={"answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 18.9")}, loses=["test_answer_q2"]),
     Wrong("q3_no_self_attention", "question 3: believes a decoder-only block drops the masked self-attention",
           edits={"answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "b"')}, loses=["test_answer_q3"]),
-    Wrong("q4_same_convention", "question 4: believes PyTorch reads True as 'may attend'",
-          edits={"answer_q4": Sub('answer_q4 = "c"', 'answer_q4 = "a"')}, loses=["test_answer_q4"]),
+    Wrong("q4_same_convention", "question 4: believes PyTorch reads True as 'may attend' (no NaN anywhere)",
+          edits={"answer_q4": Sub('answer_q4 = 7', 'answer_q4 = 0')}, loses=["test_answer_q4"]),
+    Wrong("q4_last_row_only", "question 4: only the last position (no key left in the first layer), forgetting that "
+          "the second layer's self-attention reads it",
+          edits={"answer_q4": Sub('answer_q4 = 7', 'answer_q4 = 1')}, loses=["test_answer_q4"]),
 ]
 
 ALTERNATIVES = [
@@ -359,7 +362,7 @@ def beam_search(model, src, max_len, sos_idx, eos_idx, beam_size, src_mask=None,
                 edits={"answer_q1": Sub('answer_q1 = "d"', 'answer_q1 = " D "'),
                        "answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 44_155_403 / 1e6"),
                        "answer_q3": Sub('answer_q3 = "a"', 'answer_q3 = "A"'),
-                       "answer_q4": Sub('answer_q4 = "c"', 'answer_q4 = "C"')}),
+                       "answer_q4": Sub('answer_q4 = 7', 'answer_q4 = 7.0')}),
     Alternative("q2_rounded_prediction", "question 2: a rounded prediction within the stated 10%",
                 edits={"answer_q2": Sub("answer_q2 = 44.2", "answer_q2 = 40")}),
 ]
