@@ -109,14 +109,17 @@ class MultiHeadAttention(nn.Module):
           edits={"mha_from_bert": Sub("if dense is not None:", "if False:")},
           loses=BERT),
     # theory questions
-    Wrong("q1_wrong", "answers question 1 with the per-head 64 x 64 count of the common mistake",
+    Wrong("q1_wrong", "answers question 1 (16 heads) with the per-head 32 x 32 count of the common mistake",
           edits={"answer_q1": Sub('answer_q1 = "c"', 'answer_q1 = "a"')}, loses=["test_answer_q1"]),
-    Wrong("q2_wrong", "answers question 2 with 'nothing changes'",
+    Wrong("q2_wrong", "answers question 2 (the scale) with 'the rows no longer sum to 1'",
           edits={"answer_q2": Sub('answer_q2 = "a"', 'answer_q2 = "d"')}, loses=["test_answer_q2"]),
-    Wrong("q3_one_head", "predicts question 3 for one head only (15 instead of 8 x 15)",
-          edits={"answer_q3": Sub("answer_q3 = 120", "answer_q3 = 15")}, loses=["test_answer_q3"]),
+    Wrong("q3_one_head", "predicts question 3 for one head only (15 + 18 = 33 instead of 8 x 33)",
+          edits={"answer_q3": Sub("answer_q3 = 264", "answer_q3 = 33")}, loses=["test_answer_q3"]),
+    Wrong("q3_padding_queries_blocked", "predicts question 3 as if the 2 padding queries could attend to nothing "
+          "(8 x (15 + 26) = 328): the mask blocks keys, the padding tokens still ask their questions",
+          edits={"answer_q3": Sub("answer_q3 = 264", "answer_q3 = 328")}, loses=["test_answer_q3"]),
     Wrong("q3_string", "answers the prediction of question 3 with a string",
-          edits={"answer_q3": Sub("answer_q3 = 120", 'answer_q3 = "120"')}, loses=["test_answer_q3"]),
+          edits={"answer_q3": Sub("answer_q3 = 264", 'answer_q3 = "264"')}, loses=["test_answer_q3"]),
     # the optional stretch
     Wrong("gqa_tiled_heads", "grouped-query attention tiles the key/value heads (0, 1, 0, 1) instead of repeating "
           "each in place (0, 0, 1, 1)",
@@ -321,7 +324,7 @@ def mha_from_bert(bert_attention_layer):
 '''),
                        "answer_q1": Replace('answer_q1 = "C"'),
                        "answer_q2": Replace('answer_q2 = " a "'),
-                       "answer_q3": Replace("answer_q3 = 8 * 15.0")}),
+                       "answer_q3": Replace("answer_q3 = 8 * (15 + 18.0)")}),
     Alternative("gqa_broadcast_groups", "grouped-query attention without copies: queries viewed as "
                 "(B, n_kv_heads, g, T_q, d), keys and values broadcast over the group axis",
                 edits={"GroupedQueryAttention": Replace(_GQA_HEAD + '''
