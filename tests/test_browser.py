@@ -61,9 +61,12 @@ def lab(tmp_path_factory):
         chromium.close()
 
 
-def open_notebook(lab, path):
-    page = lab["page"]
-    page.goto(f"{lab['base']}/lab/tree/{path}?token={lab['token']}&reset")     # only this notebook open
+def open_notebook(lab, path, page=None, workspace=None):
+    """`path` opened alone (reset) in `page` (the lab's first page by default), in its own JupyterLab
+    workspace when one is named, with its kernel started and idle."""
+    page = page or lab["page"]
+    where = f"lab/workspaces/{workspace}/tree" if workspace else "lab/tree"
+    page.goto(f"{lab['base']}/{where}/{path}?token={lab['token']}&reset")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=300_000)
     browser.wait_for_kernel(page)
     return page
@@ -106,11 +109,7 @@ class Runs:
         self.pages, self.deadlines, self.finished = {}, {}, set()
 
     def _start(self, assignment):
-        page = self.lab["new_page"]()
-        page.goto(f"{self.lab['base']}/lab/workspaces/run-{assignment}/tree/student/{assignment}.ipynb"
-                  f"?token={self.lab['token']}&reset")
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=300_000)
-        browser.wait_for_kernel(page)
+        page = open_notebook(self.lab, f"student/{assignment}.ipynb", self.lab["new_page"](), f"run-{assignment}")
         browser.run_all(page)
         self.pages[assignment], self.deadlines[assignment] = page, time.time() + RUN_TIMEOUT
 
