@@ -1,4 +1,4 @@
-"""Notebook 09's GRPO loss against TRL's own `GRPOTrainer`, on the same model and tensors.
+"""Notebook 09's GRPO loss and group advantages against TRL's own `GRPOTrainer`, on the same model and tensors.
 
 The hidden checks of `grpo_loss` compare a submission with the formulas of DeepSeekMath (eq. 3 and
 the k3 estimator of eq. 4) written in float64 inside the judge; this test closes the loop: the
@@ -7,7 +7,8 @@ notebook's reference solution agrees with the loss that TRL computes inside a re
 weight of the model, for each aggregation the notebook names against TRL's loss type
 ("sequence" = "grpo", "token" = "bnpo", "constant" = "dr_grpo"), with ratios that cross both clip
 edges, advantages of both signs, replies of different lengths, the KL term on and off, and the
-first inner step (old log-probabilities equal to the new ones, so every ratio is exactly 1).
+first inner step (old log-probabilities equal to the new ones, so every ratio is exactly 1). The advantages
+come out of TRL's own sampling-and-scoring step, with and without the division by the group's spread.
 
 TRL is a test-only dependency (the `dev` and `test` extras): the notebook does not need it.
 Everything is built offline: a two-layer GPT-2 from a config and a word-level tokenizer in memory.
@@ -126,3 +127,32 @@ def test_grpo_loss_agrees_with_trl(setting, tmp_path, aggregation, beta, first_s
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7, msg=lambda m, n=name: f"gradient of {n}: {m}")
         moved += int(b.abs().max() > 0)
     assert moved >= len(our_grads) // 2, "most weights must receive a gradient for the comparison to mean anything"
+
+
+@pytest.mark.parametrize("scale_by_std", [True, False])
+def test_group_advantages_agree_with_trl(setting, tmp_path, scale_by_std):
+    """TRL's advantages come out of its real sampling-and-scoring step (`_generate_and_score_completions`): the
+    reward function hands it the rewards below (binary groups, a group of equal rewards, continuous rewards), and
+    the advantages it computes must equal the reference `group_advantages` of the same (P, G) table."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    path, tokenizer, _ = setting
+    ns = {}
+    exec("import torch\n" + reference_solutions("09_reinforcement_learning")["group_advantages"], ns)
+    g = torch.Generator().manual_seed(7)
+    rewards = torch.cat([torch.tensor([[1.0, 0, 0, 1], [0.5, 0.5, 0.5, 0.5], [0, 0, 0, 1]]),
+                         torch.rand(2, 4, generator=g)])
+    prompts = ["w1 w2", "w3", "w4 w5 w6", "w7", "w8 w9"]
+    config = GRPOConfig(output_dir=str(tmp_path / "adv"), per_device_train_batch_size=rewards.numel(),
+                        generation_batch_size=rewards.numel(), num_generations=rewards.shape[1],
+                        max_completion_length=4, beta=0.0, report_to="none", use_cpu=True, bf16=False,
+                        scale_rewards="group" if scale_by_std else "none")
+    tr = GRPOTrainer(model=str(path), reward_funcs=lambda completions, **_: rewards.flatten().tolist(), args=config,
+                     train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer)
+    out = tr._generate_and_score_completions([{"prompt": p} for p in prompts for _ in range(rewards.shape[1])])
+    theirs = out["advantages"].view_as(rewards)
+    ours = ns["group_advantages"](rewards, scale_by_std=scale_by_std)
+    assert theirs.abs().max() > 0.1
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert (ours[1] == 0).all(), "a group of equal rewards gets exactly zero"
