@@ -166,14 +166,19 @@ WRONG = [
           edits={"top_p_filter": Sub("return logits.clone()", "return logits")},
           loses=TOP_P),
     # ---- questions
-    Wrong("q1_smoothing_easier", "question 1: believes label smoothing reaches a training loss of 0 sooner",
-          edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = "a"')}, loses=["test_answer_q1"]),
-    Wrong("q2_no_embed_factor", "question 2: the peak without the factor embed_dim ** -0.5 (4000 ** -0.5 = 0.0158)",
-          edits={"answer_q2": Sub("answer_q2 = 7.0e-4", "answer_q2 = 0.0158")}, loses=["test_answer_q2"]),
-    Wrong("q2_final_rate", "question 2: the rate at the last plotted step (20,000) instead of the peak",
-          edits={"answer_q2": Sub("answer_q2 = 7.0e-4", "answer_q2 = 3.1e-4")}, loses=["test_answer_q2"]),
-    Wrong("q3_model_excellent", "question 3: takes 100% on both halves for an excellent model",
+    Wrong("q1_smoothing_reaches_zero", "question 1: believes the smoothed loss, like plain cross-entropy, can reach 0",
+          edits={"answer_q1": Sub("answer_q1 = 1.015", "answer_q1 = 0.0")}, loses=["test_answer_q1"]),
+    Wrong("q1_eps_log_v", "question 1: eps * log(V) = 0.69, the uniform part's loss alone at a uniform model",
+          edits={"answer_q1": Sub("answer_q1 = 1.015", "answer_q1 = 0.69")}, loses=["test_answer_q1"]),
+    Wrong("q2_proportional_to_gradient", "question 2: believes Adam's first step is proportional to the gradient "
+          "(10 / 1e-6 = 1e7)",
+          edits={"answer_q2": Sub("answer_q2 = 1.0", "answer_q2 = 1e7")}, loses=["test_answer_q2"]),
+    Wrong("q2_square_root", "question 2: divides by the square root of the gradient's size (sqrt(1e7) = 3162)",
+          edits={"answer_q2": Sub("answer_q2 = 1.0", "answer_q2 = 3162.0")}, loses=["test_answer_q2"]),
+    Wrong("q3_transposed_mask", "question 3: picks the transposed mask, which shows every later token",
           edits={"answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "a"')}, loses=["test_answer_q3"]),
+    Wrong("q3_leak_in_first_layer_only", "question 3: believes a leak in the first layer is undone by a causal second layer",
+          edits={"answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "d"')}, loses=["test_answer_q3"]),
 ]
 
 ALTERNATIVES = [
@@ -346,8 +351,9 @@ def top_p_filter(logits, p):
     return logits.masked_fill(remove.scatter(-1, idx, remove), float("-inf"))
 '''),
                 }),
-    Alternative("questions_as_expressions", "answers in upper case, the prediction written as the formula",
-                edits={"answer_q1": Sub('answer_q1 = "b"', 'answer_q1 = " B"'),
-                       "answer_q2": Sub("answer_q2 = 7.0e-4", "answer_q2 = 512 ** -0.5 * 4000 ** -0.5"),
+    Alternative("questions_as_expressions", "the predictions written as expressions (an entropy, an int), an answer "
+                "in upper case",
+                edits={"answer_q1": Sub("answer_q1 = 1.015", "answer_q1 = -(0.9001 * math.log(0.9001) + 999 * 1e-4 * math.log(1e-4))"),
+                       "answer_q2": Sub("answer_q2 = 1.0", "answer_q2 = 1"),
                        "answer_q3": Sub('answer_q3 = "c"', 'answer_q3 = "C "')}),
 ]
