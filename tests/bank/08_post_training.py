@@ -54,6 +54,12 @@ WRONG = [
                                     "            for b in range(len(targets)) if (targets[b] != IGNORE_INDEX).any()]\n"
                                     "    return torch.stack(rows).mean()")},
           loses=LOSS),
+    Wrong("labels_first_position_ignored", "chat_labels sets position 0 to IGNORE_INDEX too (no loss reads it, but TRL's "
+          "labels are the ids wherever the mask is True)",
+          edits={"masked_loss": Sub("return ids.masked_fill(~mask, IGNORE_INDEX)",
+                                    "labels = ids.masked_fill(~mask, IGNORE_INDEX)\n    labels[:, 0] = IGNORE_INDEX\n"
+                                    "    return labels")},
+          loses=LOSS),
     Wrong("labels_shifted_early", "chat_labels already shifts the labels by one (and the loss shifts again)",
           edits={"masked_loss": Sub("return ids.masked_fill(~mask, IGNORE_INDEX)",
                                     "return torch.cat([ids.masked_fill(~mask, IGNORE_INDEX)[:, 1:], "
@@ -166,6 +172,11 @@ WRONG = [
     Wrong("apply_string_search", "a string target_modules is searched for anywhere in the name (re.search, not re.fullmatch)",
           edits={"apply_lora": Sub("return re.fullmatch(target_modules, name) is not None",
                                    "return re.search(target_modules, name) is not None")},
+          loses=APPLY),
+    Wrong("apply_string_match_prefix", "a string target_modules is matched at the start of the name only (re.match, not "
+          "re.fullmatch)",
+          edits={"apply_lora": Sub("return re.fullmatch(target_modules, name) is not None",
+                                   "return re.match(target_modules, name) is not None")},
           loses=APPLY),
     # ---- sequence_logprob
     Wrong("logprob_without_shift", "reads logits[t] at ids[t] (no shift by one)",
