@@ -213,18 +213,6 @@ def bpe_train(text, vocab_size):
     Wrong("gpt_final_norm_eps", "norm_f with eps=1e-6 instead of GPT-2's 1e-5",
           edits={"GPT": Sub("self.norm_f = nn.LayerNorm(embed_dim)", "self.norm_f = nn.LayerNorm(embed_dim, eps=1e-6)")},
           loses=GPT),
-    Wrong("gpt_init_by_parameters", "initialises by a loop over named_parameters (the tied weight drawn once, in "
-          "another order): right statistics, other numbers than the contract's order gives under the same seed",
-          edits={"GPT": Sub("""        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, std=0.02)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)""", """        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(p)
-            elif p.dim() == 2:
-                nn.init.normal_(p, std=0.02)""")},
-          loses=GPT),
     Wrong("gpt_old_argument_order", "(vocab_size, embed_dim, seq_len, num_layers, n_heads, ...) without expansion_factor: "
           "GPT(V, E, T, 2, 4) means 4 heads, not notebook 04's order",
           edits={"GPT": [Sub("def __init__(self, vocab_size, embed_dim, seq_len, num_layers=2, expansion_factor=4, n_heads=8, dropout=0.1):",
@@ -340,12 +328,16 @@ def bpe_train(text, vocab_size):
           edits={"answer_q3": Sub("answer_q3 = 4.22", "answer_q3 = 23.5")}, loses=["test_answer_q3"]),
     Wrong("q3_not_a_number", "answers with a string",
           edits={"answer_q3": Sub("answer_q3 = 4.22", 'answer_q3 = "4.22"')}, loses=["test_answer_q3"]),
-    Wrong("q1_with_the_cache", "gives the count with the cache (one position per step)",
-          edits={"answer_q1": Sub("answer_q1 = 5050", "answer_q1 = 100")}, loses=["test_answer_q1"]),
-    Wrong("q1_products", "gives the query-key products without the cache instead of the positions",
-          edits={"answer_q1": Sub("answer_q1 = 5050", "answer_q1 = 338350")}, loses=["test_answer_q1"]),
+    Wrong("q1_sliding_cache", "as if the cache slid past seq_len: one position per step",
+          edits={"answer_q1": Sub("answer_q1 = 2440", "answer_q1 = 100")}, loses=["test_answer_q1"]),
+    Wrong("q1_without_the_cache", "section 3's count without the cache and without the limit: 1 + 2 + ... + 100",
+          edits={"answer_q1": Sub("answer_q1 = 2440", "answer_q1 = 5050")}, loses=["test_answer_q1"]),
+    Wrong("q1_window_without_cache", "the count without the cache on the sliding window: min(k, 40) summed",
+          edits={"answer_q1": Sub("answer_q1 = 2440", "answer_q1 = 3220")}, loses=["test_answer_q1"]),
+    Wrong("q1_full_cache_off_by_one", "counts the re-run steps from step 40 instead of 41",
+          edits={"answer_q1": Sub("answer_q1 = 2440", "answer_q1 = 2479")}, loses=["test_answer_q1"]),
     Wrong("q1_squared", "n squared: every step on all 100 positions",
-          edits={"answer_q1": Sub("answer_q1 = 5050", "answer_q1 = 10000")}, loses=["test_answer_q1"]),
+          edits={"answer_q1": Sub("answer_q1 = 2440", "answer_q1 = 10000")}, loses=["test_answer_q1"]),
     # ---- stretch
     Wrong("min_p_absolute", "keeps probabilities >= min_p (absolute), not >= min_p times the largest",
           edits={"min_p_filter": Sub("threshold = log_probs.max(dim=-1, keepdim=True).values + math.log(min_p)",
@@ -354,9 +346,20 @@ def bpe_train(text, vocab_size):
 ]
 
 ALTERNATIVES = [
+    Alternative("gpt_init_by_parameters", "initialises by a loop over named_parameters (the tied weight drawn once, in "
+                "another order): GPT-2's statistics, other numbers than the reference's under the same seed",
+                edits={"GPT": Sub("""        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)""", """        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                nn.init.normal_(p, std=0.02)""")}),
     Alternative("answers_as_expressions", "the predictions written as the computations that give them",
                 edits={"answer_q3": Sub("answer_q3 = 4.22", "answer_q3 = math.log2(1000) / 2.36"),
-                       "answer_q1": Sub("answer_q1 = 5050", "answer_q1 = sum(range(1, 101))")}),
+                       "answer_q1": Sub("answer_q1 = 2440", "answer_q1 = 40 * 1 + (100 - 40) * 40")}),
     Alternative("slow_but_sound_bpe",
                 "recounts every pair over the distinct chunks in every merge; encodes by trying every merge in order",
                 edits={
