@@ -218,18 +218,20 @@ def bpe_encode(text, merges, special_tokens=None):
           edits={"answer_q1": Sub("answer_q1 = 16384", "answer_q1 = 8192")}, loses=["test_answer_q1"]),
     Wrong("q1_not_a_number", "answers with a string",
           edits={"answer_q1": Sub("answer_q1 = 16384", 'answer_q1 = "16384"')}, loses=["test_answer_q1"]),
-    Wrong("q2_float32", "counts 4 bytes per number (float32) instead of 2",
-          edits={"answer_q2": Sub("answer_q2 = 36", "answer_q2 = 72")}, loses=["test_answer_q2"]),
-    Wrong("q2_one_block", "counts one block instead of 12",
-          edits={"answer_q2": Sub("answer_q2 = 36", "answer_q2 = 3")}, loses=["test_answer_q2"]),
+    Wrong("q2_one_sequence", "forgets the batch: the cache of one sequence against the weights",
+          edits={"answer_q2": Sub("answer_q2 = 843.9", "answer_q2 = 6751.3")}, loses=["test_answer_q2"]),
+    Wrong("q2_keys_only", "caches the keys but not the values",
+          edits={"answer_q2": Sub("answer_q2 = 843.9", "answer_q2 = 1687.8")}, loses=["test_answer_q2"]),
+    Wrong("q2_one_block", "counts the cache of one block instead of 12",
+          edits={"answer_q2": Sub("answer_q2 = 843.9", "answer_q2 = 10127")}, loses=["test_answer_q2"]),
     Wrong("q2_not_a_number", "answers with a string",
-          edits={"answer_q2": Sub("answer_q2 = 36", 'answer_q2 = "36 MiB"')}, loses=["test_answer_q2"]),
+          edits={"answer_q2": Sub("answer_q2 = 843.9", 'answer_q2 = "844 tokens"')}, loses=["test_answer_q2"]),
 ]
 
 ALTERNATIVES = [
     Alternative("answers_as_expressions", "the predictions written as the computations that give them",
                 edits={"answer_q1": Sub("answer_q1 = 16384", "answer_q1 = 2 * 2 * 2 * 8 * 64 * 4"),
-                       "answer_q2": Sub("answer_q2 = 36", "answer_q2 = 2 * 12 * 12 * 64 * 1024 * 2 / 2**20")}),
+                       "answer_q2": Sub("answer_q2 = 843.9", "answer_q2 = 124_439_808 * 2 / (2 * 12 * 12 * 64 * 8 * 2)")}),
     Alternative("functional_styles",
                 "RMSNorm with F.rms_norm; SwiGLU with nn.SiLU; grouped attention with F.scaled_dot_product_attention's "
                 "enable_gqa; the fit written as covariance over variance",
