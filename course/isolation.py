@@ -252,7 +252,14 @@ def run_kernel(sock_path: str, own_dir: Path, ipc_dir: Path, cmd: list[str], env
     conn.connect(sock_path)
     zygote = accounting.peer_pid(conn)
     request = {"own_dir": str(own_dir), "ipc_dir": str(ipc_dir), "cmd": cmd, "env": env}
-    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+    # The kernel never gets this process's stdin, stdout or stderr: they are nbgrader's, which `course grade`
+    # reads into memory and decodes as text (a kernel writing to them could fill the grader's memory, or
+    # stop the class with one byte that is not UTF-8). It gets /dev/null; it talks to the grader over its sockets.
+    quiet = os.open(os.devnull, os.O_RDWR)
+    try:
+        socket.send_fds(conn, [json.dumps(request).encode()], [quiet, quiet, quiet])
+    finally:
+        os.close(quiet)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) if handle_signals else ():
         signal.signal(sig, lambda *_: os._exit(128 + 15))
     while True:
@@ -273,6 +280,15 @@ def launch(argv: list[str]) -> None:
     """`python -m course.isolation OWN_DIR IPC_DIR -- KERNEL_CMD...`: limit, isolate, exec."""
     own_dir, ipc_dir = Path(argv[0]), Path(argv[1])
     cmd = argv[argv.index("--") + 1:]
+    # This launcher stands in for the kernel: it dies with the nbgrader that started it (a submission stopped
+    # at its time limit is stopped by killing nbgrader), and its death closes the zygote's connection, which
+    # kills the fork and every process the submission started (course/zygote.py).
+    from .nbgrader_cli import _pdeathsig
+    die_with_parent, parent = _pdeathsig(), os.getppid()
+    if die_with_parent is not None:
+        die_with_parent()
+        if os.getppid() != parent:     # nbgrader died before the line above
+            os._exit(1)
     # A grade never looks at a rendered figure: matplotlib's Agg backend builds figures (a check
     # can still read their axes and labels) without drawing a PNG for every plt.show(), which
     # was a fifth of a notebook's grading time. COURSE_GRADING_FIGURES=1 keeps them (feedback
@@ -289,6 +305,10 @@ def launch(argv: list[str]) -> None:
         cmd = bwrap_command(cmd, own_dir, ipc_dir)
     _account(ipc_dir, os.getpid())   # this process becomes the kernel's sandbox: its group holds them all
     _set_limits()
+    quiet = os.open(os.devnull, os.O_RDWR)   # not nbgrader's streams (see run_kernel)
+    for fd in (0, 1, 2):
+        os.dup2(quiet, fd)
+    os.close(quiet)
     os.execvp(cmd[0], cmd)
 
 

@@ -240,6 +240,22 @@ def _name(text) -> str:
     return text if isinstance(text, str) and _NAME.match(text) else "an unnamed type"
 
 
+def _exception_name(text) -> str:
+    """The name of an exception the kernel reported, quoted only when it is one of Python's own (a kernel
+    chooses its exception classes' names: 80 characters it could fill with whatever it read)."""
+    kind = getattr(builtins, str(text), None)
+    return str(text) if isinstance(kind, type) and issubclass(kind, BaseException) else "an exception of your code's own"
+
+
+LONG_NUMBER = re.compile(r"\d{13,}")
+
+
+def quiet_numbers(message: str) -> str:
+    """A message without the long numbers a kernel can fill with what it read (an int of 500 digits quoted by
+    `got {res!r}`): no judge's own value needs more than 12 digits."""
+    return LONG_NUMBER.sub("<a long number from your code>", message)
+
+
 def decode(obj, depth: int = 0):
     """JSON (as the kernel sent it) -> Python values and torch tensors. Only data: no pickle,
     no eval, no import by name. Raises AnswerError on anything malformed."""
@@ -299,7 +315,7 @@ def answers_of(cell) -> tuple[dict, set, str | None]:
     found, twice, error, size = {}, set(), None, 0
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error" and error is None:
-            error = _name(out.get("ename"))
+            error = _exception_name(out.get("ename"))
         if out.get("output_type") not in ("display_data", "execute_result"):
             continue
         payload = out.get("data", {}).get(MIME)
@@ -454,13 +470,13 @@ def judge_cell(ns: dict, grade_id: str, source: str, cell, cpu: float | None = N
         with contextlib.redirect_stdout(io.StringIO()):
             exec(code, cell_ns)
     except check_error as e:
-        return False, redact(str(e) or f"a check of {grade_id} failed", texts), len(judged)
+        return False, quiet_numbers(redact(str(e) or f"a check of {grade_id} failed", texts)), len(judged)
     except Exception as e:  # the judge's own code met an answer it cannot handle
-        return False, redact(f"a check of {grade_id} could not use your answer ({type(e).__name__} in the "
-                             f"judge): {str(e)[:300]}", texts), len(judged)
+        return False, quiet_numbers(redact(f"a check of {grade_id} could not use your answer ({type(e).__name__} in "
+                                           f"the judge): {str(e)[:300]}", texts)), len(judged)
     if not judged:
         return False, f"{grade_id}: no check ran", 0
-    note = "".join(f"\nadvice (checked in your kernel, not graded): {redact(a, texts)}" for a in advice)
+    note = "".join(f"\nadvice (checked in your kernel, not graded): {quiet_numbers(redact(a, texts))}" for a in advice)
     return True, f"{grade_id}: {len(judged)} check(s) passed, judged outside your kernel{note}", len(judged)
 
 

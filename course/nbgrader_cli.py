@@ -51,7 +51,7 @@ def nbgrader(args: list[str], course_dir: Path, *, timeout: float | None = None,
            f"--CourseDirectory.db_url={db_url or course_url(course_dir)}"]
     try:
         proc = subprocess.run(cmd, cwd=course_dir, env=full_env, capture_output=True, text=True,
-                              timeout=timeout, preexec_fn=_pdeathsig() if die_with_parent else None)
+                              errors="replace", timeout=timeout, preexec_fn=_pdeathsig() if die_with_parent else None)
     except subprocess.TimeoutExpired as e:   # one submission's time is up: the class goes on
         def text(b):
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")

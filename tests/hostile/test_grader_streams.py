@@ -41,10 +41,11 @@ def first_solution() -> str:
 def test_bytes_on_the_kernels_real_stdout_neither_stop_nor_fill_the_grader(tmp_path):
     code = reference()
     first = first_solution()
+    # ipykernel's copy of the descriptor the kernel was started with (its fds 1 and 2 are ipykernel's own pipes,
+    # whose output reaches the notebook as capped stream output instead).
     code[first] = ("import os as _o, sys as _s\n"
-                   "_fd = getattr(_s.stdout, '_original_stdstream_copy', None)\n"
-                   "for _fd in {1, 2, _fd} - {None}:\n"
-                   f"    _o.write(_fd, b'\\xff\\xfe\\xfd not UTF-8 ' + b'Z' * {FLOOD})\n" + code[first])
+                   "_o.write(_s.stdout._original_stdstream_copy, b'\\xff\\xfe\\xfd not UTF-8 ' + b'Z' * "
+                   f"{FLOOD})\n" + code[first])
     graded = grading.grade_class(A, {"aaa-bytes": bank.filled_release(A, code, ROOT),
                                      "zzz-honest": bank.reference_submission(A, ROOT)}, tmp_path, ROOT)
     honest, attacker = graded.results["zzz-honest"], graded.results["aaa-bytes"]

@@ -304,6 +304,20 @@ def test_kernel_text_is_never_quoted():
     assert judge.redact("nothing here", ["abc"]) == "nothing here"
 
 
+def test_numbers_and_exception_names_carry_no_kernel_text():
+    """Two channels the red team of notebook 09 read hidden cells through (session 43): an int of hundreds of
+    digits that a judge quotes with `got {res!r}`, and the name of an exception class the kernel made up. A
+    message keeps numbers of up to 12 digits; an exception is named only when it is one of Python's own."""
+    payload = int.from_bytes(b"def inputs(gen): return [gen.integers(9)]" * 4, "big")
+    quiet = judge.quiet_numbers(f"verify: expected 1.0, got {payload!r}; ids 513 and 123456789012")
+    assert str(payload)[:20] not in quiet and "<a long number from your code>" in quiet
+    assert "expected 1.0" in quiet and "123456789012" in quiet
+    assert judge._exception_name("ValueError") == "ValueError"
+    assert judge._exception_name("KeyboardInterrupt") == "KeyboardInterrupt"
+    for made_up in ("QZGVmIGlucHV0cyhnZW4pOiByZXR1cm4", "print", "object", "os.system"):
+        assert judge._exception_name(made_up) == "an exception of your code's own", made_up
+
+
 def test_a_submission_past_its_time_limit_is_stopped_and_the_class_goes_on(tmp_path):
     """A submission that stalls (sleeping under the cell limit, which no CPU limit sees) is stopped at
     the per-submission limit: nbgrader's run comes back with status 124 and a message, not an exception
