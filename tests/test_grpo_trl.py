@@ -43,9 +43,10 @@ def setting(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-gpt2")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    reference = reference_solutions("09_reinforcement_learning")
     ns = {}
-    exec("import torch\n" + reference_solutions("09_reinforcement_learning")["grpo_loss"], ns)
-    return path, tokenizer, ns["grpo_loss"]
+    exec("import torch\n" + reference["grpo_loss"] + "\n" + reference["group_advantages"], ns)
+    return path, tokenizer, ns
 
 
 def trainer(path, tokenizer, loss_type, beta, clip_eps, tmp_path):
@@ -88,7 +89,8 @@ def per_token_logps(model, prompt_ids, completion_ids, mask):
 @pytest.mark.parametrize("beta", [0.0, 0.04])
 @pytest.mark.parametrize("first_step", [True, False])
 def test_grpo_loss_agrees_with_trl(setting, tmp_path, aggregation, beta, first_step):
-    path, tokenizer, grpo_loss = setting
+    path, tokenizer, reference = setting
+    grpo_loss = reference["grpo_loss"]
     clip_eps = 0.2
     tr = trainer(path, tokenizer, LOSS_TYPES[aggregation], beta, clip_eps, tmp_path)
     model = tr.model.eval()  # eval: no dropout, and TRL's loss is not divided by gradient accumulation steps
@@ -137,9 +139,7 @@ def test_group_advantages_agree_with_trl(setting, tmp_path, scale_by_std):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    path, tokenizer, _ = setting
-    ns = {}
-    exec("import torch\n" + reference_solutions("09_reinforcement_learning")["group_advantages"], ns)
+    path, tokenizer, reference = setting
     g = torch.Generator().manual_seed(7)
     rewards = torch.cat([torch.tensor([[1.0, 0, 0, 1], [0.5, 0.5, 0.5, 0.5], [0, 0, 0, 1]]),
                          torch.rand(2, 4, generator=g)])
@@ -152,7 +152,7 @@ def test_group_advantages_agree_with_trl(setting, tmp_path, scale_by_std):
                      train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tokenizer)
     out = tr._generate_and_score_completions([{"prompt": p} for p in prompts for _ in range(rewards.shape[1])])
     theirs = out["advantages"].view_as(rewards)
-    ours = ns["group_advantages"](rewards, scale_by_std=scale_by_std)
+    ours = reference["group_advantages"](rewards, scale_by_std=scale_by_std)
     assert theirs.abs().max() > 0.1
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
     assert (ours[1] == 0).all(), "a group of equal rewards gets exactly zero"
